@@ -1,0 +1,230 @@
+"""The embedded default database: a private PostgreSQL 15 cluster.
+
+With no ``DONTO_DSN`` and no ``--dsn``, donto-pg runs its own cluster under
+``DONTO_HOME`` (default: ``$XDG_DATA_HOME/donto-pg`` or
+``~/.local/share/donto-pg``; as root ``/var/lib/donto-pg``, because root's home
+is closed to the server's OS user)::
+
+    DONTO_HOME/pgdata      the cluster (initdb)
+    DONTO_HOME/run         the unix socket (no TCP: listen_addresses = '')
+    DONTO_HOME/postgres.log
+
+PostgreSQL refuses to run as root, so when we are root the server runs as the
+``postgres`` OS user (``runuser``) and owns ``pgdata`` and ``run``. The
+superuser inside the cluster is always ``donto``, with trust authentication on
+the private socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pwd
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PG_BIN = Path(os.environ.get("DONTO_PG_BIN", "/usr/lib/postgresql/15/bin"))
+SUPERUSER = "donto"
+DBNAME = "donto"
+PORT = 5432  # only names the socket file; the socket dir is private
+
+# Server settings for a memory substrate on a small machine.
+SERVER_SETTINGS = {
+    "listen_addresses": "''",
+    "shared_buffers": "256MB",
+    "maintenance_work_mem": "1GB",
+    "work_mem": "64MB",
+    "max_connections": "60",
+    "max_wal_size": "4GB",
+}
+
+
+class ClusterError(RuntimeError):
+    """The embedded cluster could not be created, started or reached."""
+
+
+def default_home() -> Path:
+    """Where the embedded cluster lives when ``DONTO_HOME`` is not set."""
+    if env := os.environ.get("DONTO_HOME"):
+        return Path(env).expanduser().resolve()
+    if os.geteuid() == 0:
+        return Path("/var/lib/donto-pg")
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "donto-pg"
+
+
+def _server_user() -> str | None:
+    """The OS user the server runs as: ``postgres`` when we are root, else us."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise ClusterError(
+            "running as root, but there is no 'postgres' OS user to run the server as "
+            "(install postgresql-15, or run as an ordinary user)"
+        ) from exc
+    return "postgres"
+
+
+@dataclass
+class Cluster:
+    """A private PostgreSQL cluster under ``home``."""
+
+    home: Path
+    settings: dict[str, str] | None = None
+
+    @classmethod
+    def default(cls) -> Cluster:
+        return cls(default_home())
+
+    @property
+    def datadir(self) -> Path:
+        return self.home / "pgdata"
+
+    @property
+    def sockdir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def logfile(self) -> Path:
+        return self.home / "postgres.log"
+
+    def dsn(self, dbname: str = DBNAME) -> str:
+        """A libpq URI that psql and psycopg accept."""
+        host = str(self.sockdir).replace("/", "%2F")
+        return f"postgresql://{SUPERUSER}@/{dbname}?host={host}&port={PORT}"
+
+    def conninfo(self, dbname: str = DBNAME) -> dict[str, object]:
+        return {"host": str(self.sockdir), "port": PORT, "user": SUPERUSER, "dbname": dbname}
+
+    # -- running commands as the server's OS user ---------------------------
+    def _run(self, args: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        user = _server_user()
+        cmd = ["runuser", "-u", user, "--", *args] if user else args
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if check and proc.returncode != 0:
+            raise ClusterError(
+                f"{Path(args[0]).name} failed (exit {proc.returncode}): "
+                f"{(proc.stderr or proc.stdout).strip()}"
+            )
+        return proc
+
+    def _prepare_dirs(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        user = _server_user()
+        for d in (self.datadir, self.sockdir):
+            d.mkdir(exist_ok=True)
+            if user:
+                shutil.chown(d, user, user)
+        self.datadir.chmod(0o700)
+        self.sockdir.chmod(0o755 if user else 0o700)
+        if user:
+            self.logfile.touch(exist_ok=True)
+            shutil.chown(self.logfile, user, user)
+            # The server's user must be able to reach its directories.
+            proc = self._run(["test", "-w", str(self.sockdir)], check=False)
+            if proc.returncode != 0:
+                raise ClusterError(
+                    f"the 'postgres' OS user cannot reach {self.home}: set DONTO_HOME to a "
+                    "directory it can traverse (for example under /var/lib or /tmp)"
+                )
+
+    @contextlib.contextmanager
+    def _lock(self):
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / ".lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    # -- lifecycle -------------------------------------------------------------
+    def is_initialized(self) -> bool:
+        return (self.datadir / "PG_VERSION").exists()
+
+    def is_running(self) -> bool:
+        if not self.is_initialized():
+            return False
+        proc = self._run([str(PG_BIN / "pg_ctl"), "status", "-D", str(self.datadir)], check=False)
+        return proc.returncode == 0
+
+    def init(self) -> bool:
+        """Create the cluster if it does not exist. Returns True if it was created."""
+        if self.is_initialized():
+            return False
+        if not (PG_BIN / "initdb").exists():
+            raise ClusterError(f"PostgreSQL 15 is not installed ({PG_BIN}/initdb missing): run make setup")
+        self._prepare_dirs()
+        self._run([
+            str(PG_BIN / "initdb"), "-D", str(self.datadir), "-U", SUPERUSER,
+            "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions",
+        ])
+        return True
+
+    def start(self) -> bool:
+        """Start the server (creating the cluster first). Returns True if it started now."""
+        with self._lock():
+            self.init()
+            if self.is_running():
+                return False
+            self._prepare_dirs()
+            settings = {**SERVER_SETTINGS, **(self.settings or {})}
+            opts = " ".join(f"-c {k}={v}" for k, v in settings.items())
+            opts += f" -k {self.sockdir} -p {PORT}"
+            self._run([
+                str(PG_BIN / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(self.datadir),
+                "-l", str(self.logfile), "-o", opts,
+            ])
+            self._wait_ready()
+            self._ensure_database()
+            return True
+
+    def stop(self) -> bool:
+        """Stop the server. Returns True if it was running."""
+        with self._lock():
+            if not self.is_running():
+                return False
+            self._run([str(PG_BIN / "pg_ctl"), "stop", "-w", "-m", "fast", "-D", str(self.datadir)])
+            return True
+
+    def ensure_running(self) -> None:
+        if not self.is_running():
+            self.start()
+
+    def _wait_ready(self, timeout: float = 30.0) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with psycopg.connect(**self.conninfo("postgres"), connect_timeout=2):
+                    return
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"server did not accept connections: {exc}") from exc
+                time.sleep(0.2)
+
+    def _ensure_database(self) -> None:
+        import psycopg
+
+        with psycopg.connect(**self.conninfo("postgres"), autocommit=True) as conn:
+            exists = conn.execute("select 1 from pg_database where datname = %s", (DBNAME,)).fetchone()
+            if not exists:
+                conn.execute(f'create database "{DBNAME}"')
+
+    def status(self) -> dict[str, object]:
+        return {
+            "home": str(self.home),
+            "initialized": self.is_initialized(),
+            "running": self.is_running(),
+            "dsn": self.dsn(),
+            "server_user": _server_user() or pwd.getpwuid(os.geteuid()).pw_name,
+        }

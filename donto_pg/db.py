@@ -1,0 +1,40 @@
+"""Connections: ``--dsn`` > ``DONTO_DSN`` > the embedded cluster (started on demand)."""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+
+from donto_pg.cluster import Cluster
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """The DSN every command uses. Starts the embedded cluster when it is the one."""
+    dsn = dsn or os.environ.get("DONTO_DSN")
+    if dsn:
+        return dsn
+    cluster = Cluster.default()
+    cluster.ensure_running()
+    return cluster.dsn()
+
+
+def connect(dsn: str | None = None, *, autocommit: bool = False, vector: bool = True,
+            **kwargs: object) -> psycopg.Connection:
+    """Open a connection; with ``vector`` the pgvector type is registered when present."""
+    conn = psycopg.connect(resolve_dsn(dsn), autocommit=autocommit, **kwargs)
+    if vector:
+        register_vector_if_present(conn)
+    return conn
+
+
+def register_vector_if_present(conn: psycopg.Connection) -> bool:
+    from pgvector.psycopg import register_vector
+
+    row = conn.execute("select 1 from pg_type where typname = 'vector'").fetchone()
+    if not conn.autocommit:
+        conn.commit()
+    if row is None:
+        return False
+    register_vector(conn)
+    return True

@@ -1,0 +1,55 @@
+-- Roles and privileges (run last, so it covers every object above).
+--   donto_reader: reads every table and view, calls the read-only functions
+--                 (recall, audit, rendering); cannot write.
+--   donto_writer: reads, and writes ONLY through the security-definer
+--                 functions (register_revision, project_recall, ...).
+-- Nobody is granted UPDATE, DELETE or TRUNCATE on a fact table (I3); the
+-- triggers of 010-append-only.sql refuse them even for the owner.
+
+do $$
+begin
+    if not exists (select 1 from pg_catalog.pg_roles where rolname = 'donto_reader') then
+        create role donto_reader nologin;
+    end if;
+    if not exists (select 1 from pg_catalog.pg_roles where rolname = 'donto_writer') then
+        create role donto_writer nologin;
+    end if;
+end;
+$$;
+
+comment on role donto_reader is 'donto-pg: read and recall, never write.';
+comment on role donto_writer is 'donto-pg: write through the donto functions only.';
+
+grant usage on schema donto to donto_reader, donto_writer;
+revoke create on schema donto from public;
+
+revoke all on all tables in schema donto from public, donto_reader, donto_writer;
+grant select on all tables in schema donto to donto_reader, donto_writer;
+revoke update, delete, truncate on all tables in schema donto from current_user;
+grant update, delete, truncate on donto.setting to current_user;
+
+revoke all on all sequences in schema donto from public;
+
+revoke execute on all functions in schema donto from public;
+grant execute on all functions in schema donto to donto_writer;
+
+do $$
+declare
+    v_fn regprocedure;
+begin
+    -- Read-only API for donto_reader: every function that is not volatile,
+    -- plus the PL/Python loader and the read-only volatile ones named here.
+    for v_fn in
+        select p.oid::regprocedure
+        from pg_catalog.pg_proc as p
+        inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
+        where n.nspname = 'donto'
+              and p.prokind = 'f'
+              and (p.provolatile <> 'v'
+                   or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
+                                    'embed_query', 'render_for_extraction', 'anchor'))
+    loop
+        execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
+    end loop;
+end;
+$$;

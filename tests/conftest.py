@@ -1,0 +1,79 @@
+"""Test fixtures: a real PostgreSQL 15 with plpython3u and pgvector.
+
+The suite starts its own private cluster (donto_pg.cluster, the same code as
+the embedded default) under DONTO_TEST_HOME (default /tmp/donto-pg-tests-<uid>),
+or uses the server at DONTO_TEST_DSN's host. pytest-postgresql fills a template
+database once per session with `donto-pg migrate`, and every test that asks
+for `db` gets its own clone of it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+from pytest_postgresql import factories
+
+from donto_pg import migrate
+from donto_pg.cluster import PORT, SUPERUSER, Cluster
+from donto_pg.db import register_vector_if_present
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "beam"
+TEST_HOME = Path(os.environ.get("DONTO_TEST_HOME", f"/tmp/donto-pg-tests-{os.getuid()}"))
+CLUSTER = Cluster(TEST_HOME, settings={"fsync": "off", "synchronous_commit": "off",
+                                       "full_page_writes": "off"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        CLUSTER.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and not os.environ.get("DONTO_TEST_KEEP"):
+        CLUSTER.stop()
+
+
+def load_schema(*, host: str, port: int, user: str, dbname: str, password: str | None,
+                **_: object) -> None:
+    """pytest-postgresql loader: migrate the template database."""
+    with psycopg.connect(host=host, port=port, user=user, dbname=dbname) as conn:
+        migrate.migrate(conn)
+
+
+donto_proc = factories.postgresql_noproc(
+    host=str(CLUSTER.sockdir), port=PORT, user=SUPERUSER, dbname="donto_tests",
+    load=[load_schema],
+)
+_db = factories.postgresql("donto_proc")
+
+
+@pytest.fixture
+def db(_db: psycopg.Connection) -> psycopg.Connection:
+    """A connection (owner, superuser) to a fresh clone of the migrated template."""
+    register_vector_if_present(_db)
+    return _db
+
+
+@pytest.fixture
+def connect(db: psycopg.Connection):
+    """Open more connections to the test's database (optionally as another role)."""
+    opened: list[psycopg.Connection] = []
+    info = db.info
+
+    def _connect(role: str | None = None, **kw: object) -> psycopg.Connection:
+        conn = psycopg.connect(host=info.host, port=info.port, user=info.user,
+                               dbname=info.dbname, **kw)
+        if role:
+            conn.execute(f"set role {role}")
+            conn.commit()
+        register_vector_if_present(conn)
+        opened.append(conn)
+        return conn
+
+    yield _connect
+    for c in opened:
+        c.close()
