@@ -86,7 +86,8 @@ def db_url(dsn: DsnOpt = None) -> None:
 def migrate(
     dsn: DsnOpt = None,
     status: Annotated[bool, typer.Option("--status", help="List applied and pending.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the SQL; change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the SQL; change nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Install or upgrade the donto schema (safe to re-run: a no-op when up to date)."""

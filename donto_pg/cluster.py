@@ -161,7 +161,8 @@ class Cluster:
         if self.is_initialized():
             return False
         if not (PG_BIN / "initdb").exists():
-            raise ClusterError(f"PostgreSQL 15 is not installed ({PG_BIN}/initdb missing): run make setup")
+            raise ClusterError(
+                f"PostgreSQL 15 is not installed ({PG_BIN}/initdb missing): run make setup")
         self._prepare_dirs()
         self._run([
             str(PG_BIN / "initdb"), "-D", str(self.datadir), "-U", SUPERUSER,
@@ -216,7 +217,8 @@ class Cluster:
         import psycopg
 
         with psycopg.connect(**self.conninfo("postgres"), autocommit=True) as conn:
-            exists = conn.execute("select 1 from pg_database where datname = %s", (DBNAME,)).fetchone()
+            exists = conn.execute(
+                "select 1 from pg_database where datname = %s", (DBNAME,)).fetchone()
             if not exists:
                 conn.execute(f'create database "{DBNAME}"')
 

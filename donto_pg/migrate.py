@@ -72,7 +72,8 @@ class Status:
 
 def _read_dir(directory: Path) -> list[Source]:
     if not directory.is_dir():
-        raise MigrationError(f"SQL sources not found at {directory} (is donto-pg installed editable?)")
+        raise MigrationError(
+            f"SQL sources not found at {directory} (is donto-pg installed editable?)")
     out = []
     numbers = set()
     for p in sorted(directory.glob("*.sql")):
@@ -80,7 +81,8 @@ def _read_dir(directory: Path) -> list[Source]:
         if not m:
             raise MigrationError(f"{p.name}: SQL sources are named NNN-topic.sql")
         if m.group(1) in numbers:
-            raise MigrationError(f"{p.name}: number {m.group(1)} is used twice in {directory.name}/")
+            raise MigrationError(
+                f"{p.name}: number {m.group(1)} is used twice in {directory.name}/")
         numbers.add(m.group(1))
         out.append(Source(p.name, p.read_text(encoding="utf-8")))
     return out
@@ -222,7 +224,6 @@ CONTROL = """\
 comment = 'donto-pg memory substrate: revisions, recall and extraction projections'
 default_version = '{version}'
 relocatable = false
-schema = donto
 requires = 'plpython3u, vector'
 superuser = true
 """
@@ -295,7 +296,8 @@ def install_extension(sharedir: Path | None = None) -> list[Path]:
         try:
             shutil.copyfile(EXTENSION_DIR / name, dst)
         except PermissionError as exc:
-            raise MigrationError(f"cannot write {dst}: run as root (or the server's owner)") from exc
+            raise MigrationError(
+                f"cannot write {dst}: run as root (or the server's owner)") from exc
         out.append(dst)
     return out
 

@@ -36,7 +36,8 @@ create table donto.embedding (
 create index embedding_model_idx on donto.embedding (model_id);
 
 comment on table donto.x_memory_record is
-'Recall overlay: one row per recall chunk statement (revision, chunk index, span, full-text vector).';
+'Recall overlay: one row per recall chunk statement '
+'(revision, chunk index, span, full-text vector).';
 comment on table donto.embedding_model is
 'Embedding models by name, with their source (name or path) and dimension.';
 comment on table donto.embedding is

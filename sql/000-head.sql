@@ -13,7 +13,8 @@ create table if not exists donto.migration (
 );
 
 comment on table donto.migration is
-'Ledger of run-once migrations (migrations/NNN-topic.sql) with the SHA-256 of each file as applied.';
+'Ledger of run-once migrations (migrations/NNN-topic.sql) '
+'with the SHA-256 of each file as applied.';
 
 create table if not exists donto.setting (
     key text primary key,

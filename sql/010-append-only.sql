@@ -34,13 +34,10 @@ begin
               and c.relname <> 'setting'
               and not c.relispartition
     loop
-        execute format('drop trigger if exists i3_refuse_row on %s', v_table);
+        -- Statement-level, so even an UPDATE or DELETE that matches no row fails.
+        execute format('drop trigger if exists i3_refuse on %s', v_table);
         execute format(
-            'create trigger i3_refuse_row before update or delete on %s '
-            'for each row execute function donto._refuse_mutation()', v_table);
-        execute format('drop trigger if exists i3_refuse_truncate on %s', v_table);
-        execute format(
-            'create trigger i3_refuse_truncate before truncate on %s '
+            'create trigger i3_refuse before update or delete or truncate on %s '
             'for each statement execute function donto._refuse_mutation()', v_table);
     end loop;
 end;

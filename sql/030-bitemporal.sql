@@ -23,7 +23,8 @@ begin
     on conflict on constraint retraction_statement_id_key do nothing
     returning retraction_id into v_id;
     if v_id is null then
-        select r.retraction_id into strict v_id from donto.retraction as r
+        select r.retraction_id into strict v_id
+        from donto.retraction as r
         where r.statement_id = v_sid;
     end if;
     return v_id;
@@ -37,7 +38,9 @@ create or replace view donto.statement_current as
 select s.*
 from donto.statement as s
 where not exists (
-    select 1 from donto.retraction as r where r.statement_id = s.statement_id
+    select 1
+    from donto.retraction as r
+    where r.statement_id = s.statement_id
 );
 
 comment on view donto.statement_current is

@@ -1,0 +1,3 @@
+from donto_pg.cli import main
+
+main()

@@ -1,0 +1,196 @@
+"""Migrations, the extension and the embedded cluster (real server)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from donto_pg import migrate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CATALOG = """
+select 'column', c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || case when a.attnotnull then ' not null' else '' end
+from pg_attribute a join pg_class c on c.oid = a.attrelid
+join pg_namespace n on n.oid = c.relnamespace
+where n.nspname = 'donto' and a.attnum > 0 and not a.attisdropped and c.relkind in ('r', 'v')
+union all
+select 'index', pg_get_indexdef(i.indexrelid)
+from pg_index i join pg_class c on c.oid = i.indrelid join pg_namespace n on n.oid = c.relnamespace
+where n.nspname = 'donto'
+union all
+select 'constraint', conrelid::regclass::text || ' ' || pg_get_constraintdef(oid)
+from pg_constraint where connamespace = 'donto'::regnamespace
+union all
+select 'function', p.oid::regprocedure::text || ' ' || md5(p.prosrc) || ' ' || p.provolatile::text
+       || ' ' || p.prosecdef::text || ' ' || coalesce(array_to_string(p.proconfig, ','), '')
+       || ' ' || coalesce(p.proacl::text, '')
+from pg_proc p where p.pronamespace = 'donto'::regnamespace
+union all
+select 'trigger', tgrelid::regclass::text || ' ' || pg_get_triggerdef(oid)
+from pg_trigger where not tgisinternal and tgrelid in
+    (select oid from pg_class where relnamespace = 'donto'::regnamespace)
+union all
+select 'view', c.relname || ' ' || md5(pg_get_viewdef(c.oid))
+from pg_class c where c.relnamespace = 'donto'::regnamespace and c.relkind = 'v'
+union all
+select 'comment', c.relname || ' ' || coalesce(obj_description(c.oid, 'pg_class'), '')
+from pg_class c where c.relnamespace = 'donto'::regnamespace and c.relkind in ('r', 'v')
+union all
+select 'ledger', name || ' ' || sha256 from donto.migration
+order by 1, 2
+"""
+
+
+@pytest.fixture
+def fresh_db(db):
+    """Make empty databases on the test server; drop them afterwards."""
+    info = db.info
+    names: list[str] = []
+    admin = psycopg.connect(host=info.host, port=info.port, user=info.user, dbname="postgres",
+                            autocommit=True)
+
+    def make() -> psycopg.Connection:
+        name = f"donto_fresh_{uuid.uuid4().hex[:8]}"
+        admin.execute(f'create database "{name}"')
+        names.append(name)
+        return psycopg.connect(host=info.host, port=info.port, user=info.user, dbname=name)
+
+    yield make
+    for name in names:
+        admin.execute(f'drop database if exists "{name}" with (force)')
+    admin.close()
+
+
+def catalog(conn) -> list[tuple[str, str]]:
+    return conn.execute(CATALOG).fetchall()
+
+
+def test_migrate_twice_is_a_no_op(db):
+    before = catalog(db)
+    assert migrate.migrate(db) == []
+    assert catalog(db) == before
+    st = migrate.status(db)
+    assert st.pending == [] and st.tampered == []
+    assert [n for n, _ in st.applied] == [m.name for m in migrate.migrations()]
+
+
+def test_fresh_install_equals_install_then_upgrade(fresh_db):
+    direct, stepwise = fresh_db(), fresh_db()
+    assert migrate.migrate(direct) == [m.name for m in migrate.migrations()]
+    first = migrate.migrations()[0].name
+    assert migrate.migrate(stepwise, upto=first[:3]) == [first]
+    assert migrate.status(stepwise).pending  # something left to upgrade
+    migrate.migrate(stepwise)
+    assert catalog(direct) == catalog(stepwise)
+
+
+def test_tampered_migration_is_refused(db, tmp_path, monkeypatch):
+    copy = tmp_path / "migrations"
+    shutil.copytree(migrate.MIGRATIONS_DIR, copy)
+    first = sorted(copy.glob("*.sql"))[0]
+    first.write_text(first.read_text() + "\n-- edited after release\n")
+    monkeypatch.setattr(migrate, "MIGRATIONS_DIR", copy)
+    assert migrate.status(db).tampered == [first.name]
+    with pytest.raises(migrate.MigrationError, match=f"changed since.*{first.name}"):
+        migrate.migrate(db)
+
+
+def test_failing_migration_leaves_nothing_behind(db, tmp_path, monkeypatch):
+    copy = tmp_path / "migrations"
+    shutil.copytree(migrate.MIGRATIONS_DIR, copy)
+    (copy / "999-broken.sql").write_text(
+        "create table donto.half_done (x int);\nselect * from no_such_table;\n")
+    monkeypatch.setattr(migrate, "MIGRATIONS_DIR", copy)
+    with pytest.raises(migrate.MigrationError, match="999-broken.sql failed"):
+        migrate.migrate(db)
+    assert db.execute("select to_regclass('donto.half_done')").fetchone()[0] is None
+    assert "999-broken.sql" in migrate.status(db).pending
+
+
+def test_dry_run_plan_lists_pending_sql(fresh_db):
+    conn = fresh_db()
+    names = [s.name for s in migrate.plan(conn)]
+    assert names[0] == "000-head.sql"
+    assert [m.name for m in migrate.migrations()] == names[1:1 + len(migrate.migrations())]
+    assert conn.execute("select to_regnamespace('donto')").fetchone()[0] is None
+
+
+def test_python_path_setting_is_written(db):
+    value = db.execute("select value from donto.setting where key = 'python_path'").fetchone()[0]
+    assert str(ROOT) in value
+    db.execute("select donto._py_boot()")  # the server's Python imports donto_pg
+
+
+def test_committed_extension_files_match_sources():
+    for name, text in migrate.extension_files().items():
+        assert (ROOT / "extension" / name).read_text() == text, (
+            f"extension/{name} is stale: run `donto-pg extension build`")
+
+
+def test_create_extension_gives_the_same_schema(fresh_db):
+    sharedir = migrate.pg_sharedir() / "extension"
+    if not os.access(sharedir, os.W_OK):
+        pytest.skip(f"installing into {sharedir} needs root (CI runs as root)")
+    migrate.install_extension()
+    via_ext, via_migrate = fresh_db(), fresh_db()
+    migrate.create_extension(via_ext)
+    migrate.migrate(via_migrate)
+    assert catalog(via_ext) == catalog(via_migrate)
+    with pytest.raises(psycopg.Error, match="invariant I3"):
+        via_ext.execute("delete from donto.migration")
+    via_ext.rollback()
+    with pytest.raises(migrate.MigrationError, match="ALTER EXTENSION"):
+        migrate.migrate(via_ext)
+
+
+def run_cli(*args: str, env: dict[str, str], user: str | None = None):
+    cmd = [sys.executable, "-m", "donto_pg", *args]
+    if user:
+        # The venv's interpreter may live under root's closed home: run the system
+        # Python 3.11 on the same packages, as the server's PL/Python does.
+        env = {**env, "PYTHONPATH": os.pathsep.join(migrate.python_path())}
+        cmd = ["runuser", "-u", user, "--", "/usr/bin/python3", "-m", "donto_pg", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=180)
+
+
+def test_embedded_cluster_lifecycle_as_an_ordinary_user(tmp_path):
+    """As root: run the CLI as the unprivileged 'nobody'; otherwise as ourselves."""
+    user = "nobody" if os.geteuid() == 0 else None
+    home = Path("/tmp") / f"donto-cli-{uuid.uuid4().hex[:8]}"
+    home.mkdir(mode=0o777)
+    home.chmod(0o777)
+    env = {k: v for k, v in os.environ.items() if k != "DONTO_DSN"}
+    env["DONTO_HOME"] = str(home / "h")
+    try:
+        r = run_cli("db", "start", env=env, user=user)
+        assert r.returncode == 0, r.stderr
+        assert "started" in r.stdout
+        url = run_cli("db", "url", env=env, user=user).stdout.strip()
+        assert url.startswith("postgresql://donto@/donto?host=")
+        r = run_cli("migrate", "--json", env=env, user=user)
+        assert r.returncode == 0, r.stderr
+        assert '"applied"' in r.stdout
+        r = run_cli("migrate", env=env, user=user)
+        assert "up to date" in r.stdout
+        r = run_cli("migrate", "--status", env=env, user=user)
+        assert "applied  001-core.sql" in r.stdout
+        psql = subprocess.run(["psql", url, "-Atc", "select count(*) from donto.migration"],
+                              capture_output=True, text=True,
+                              user=user if user else None)
+        assert psql.stdout.strip() == str(len(migrate.migrations())), psql.stderr
+        r = run_cli("db", "stop", env=env, user=user)
+        assert "stopped" in r.stdout
+        assert run_cli("db", "status", "--json", env=env, user=user).stdout.count(
+            '"running": false') == 1
+    finally:
+        run_cli("db", "stop", env=env, user=user)
+        shutil.rmtree(home, ignore_errors=True)
