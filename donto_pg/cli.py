@@ -132,6 +132,123 @@ def extension_install(
         typer.echo("created extension donto")
 
 
+# -- loading, embedding, recall ----------------------------------------------------------
+
+@app.command("load-beam")
+def load_beam(
+    path: Annotated[str, typer.Argument(help="BEAM root, chats/ dir, scale or conversation dir, "
+                                             "chat.json, or Hugging Face rows (.jsonl/.parquet).")],
+    scale: Annotated[str | None, typer.Option(
+        help="Only this scale (100K, 500K, 1M, 10M).")] = None,
+    conversation: Annotated[list[str] | None, typer.Option(
+        "--conversation", "-c",
+        help="Only this conversation id (repeatable): 1 or 100K/1.")] = None,
+    no_embed: Annotated[bool, typer.Option("--no-embed", help="Skip embedding.")] = False,
+    model: Annotated[str | None, typer.Option(help="Embedding model (name or path).")] = None,
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Load BEAM conversations: canonical text, turns, questions, recall chunks, vectors.
+
+    Each conversation loads in its own transaction: a bad one is reported and leaves
+    nothing behind, the others still load. Loading twice creates nothing new.
+    The exit code is 1 if any conversation failed.
+    """
+    from donto_pg import loader
+
+    def show(r: loader.LoadResult) -> None:
+        if as_json:
+            return
+        if r.ok:
+            state = "new" if r.new_revision else "already loaded"
+            typer.echo(f"{r.conversation}: revision {r.revision_id} ({state}), {r.chars:,} chars, "
+                       f"{r.turns} turns, {r.chunks} chunks, {r.questions} questions")
+        else:
+            typer.secho(f"{r.conversation}: FAILED: {r.error}", fg=typer.colors.RED, err=True)
+        for w in r.warnings:
+            typer.echo(f"  warning: {w}", err=True)
+        for s in r.skipped:
+            typer.echo(f"  skipped: {s}", err=True)
+
+    with dbmod.connect(dsn) as conn:
+        try:
+            results = loader.load_beam(conn, path, scale=scale, conversations=conversation,
+                                       on_result=show)
+        except (FileNotFoundError, ValueError) as exc:
+            raise fail(str(exc)) from exc
+        report = None
+        if not no_embed and any(r.ok for r in results):
+            report = _embed(conn, model, context=None, progress=not as_json)
+    failed = [r for r in results if not r.ok]
+    summary = {"loaded": sum(r.ok for r in results), "failed": len(failed),
+               "chunks": sum(r.chunks for r in results),
+               "conversations": [r.as_dict() for r in results],
+               "embedded": report.embedded if report else 0}
+    out(summary, as_json, f"{summary['loaded']} loaded, {summary['failed']} failed, "
+        f"{summary['chunks']} chunks, {summary['embedded']} vectors added")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _embed(conn, model, *, context, progress, batch=32):
+    from donto_pg import embed as embedmod
+
+    return embedmod.embed_pending(conn, model, batch=batch, context=context, progress=progress)
+
+
+@app.command()
+def embed(
+    model: Annotated[str | None, typer.Option(
+        help="sentence-transformers model name or local path [default: all-MiniLM-L6-v2, "
+             "shipped offline]")] = None,
+    batch: Annotated[int, typer.Option(min=1, help="Encoding batch size.")] = 32,
+    context: Annotated[str | None, typer.Option(help="Only chunks of this context IRI.")] = None,
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Embed every recall chunk that has no vector for the model (resumable; kill-safe)."""
+    with dbmod.connect(dsn) as conn:
+        r = _embed(conn, model, context=context, progress=not as_json, batch=batch)
+    data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
+            "embedded": r.embedded, "already": r.already, "seconds": round(r.seconds, 2),
+            "chunks_per_second": round(r.rate, 1), "index": r.index}
+    out(data, as_json, f"embedded {r.embedded} chunks with {r.model} ({r.dimension}-d) in "
+        f"{r.seconds:.1f}s ({r.rate:.1f}/s); {r.already} already had vectors; index {r.index}")
+
+
+@app.command()
+def recall(
+    query: Annotated[str, typer.Argument(help="What to recall.")],
+    k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many chunks.")] = 10,
+    conversation: Annotated[str | None, typer.Option(
+        "--conversation", "-c", help="Only this BEAM conversation (e.g. 100K/1).")] = None,
+    context: Annotated[str | None, typer.Option(help="Only this context IRI.")] = None,
+    arms: Annotated[str, typer.Option(help="vector, lexical or hybrid.")] = "hybrid",
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recall chunks for a query with donto.recall (the same call works in psql)."""
+    if conversation:
+        context = f"ctx:memory/episodic/beam/{conversation}"
+    with dbmod.connect(dsn) as conn:
+        rows = conn.execute(
+            "select statement_id, revision_id, char_start, char_end, score, vector_rank, "
+            "lexical_rank, valid_time::text, chunk_text "
+            "from donto.recall(%s, k => %s, context => %s, arms => %s)",
+            (query, k, context, arms)).fetchall()
+    keys = ["statement_id", "revision_id", "char_start", "char_end", "score", "vector_rank",
+            "lexical_rank", "valid_time", "text"]
+    data = [dict(zip(keys, r, strict=True)) for r in rows]
+    if as_json:
+        out(data, True)
+        return
+    for i, d in enumerate(data, 1):
+        snippet = " ".join(d["text"].split())[:160]
+        typer.echo(f"{i:2}. [{d['revision_id']}:{d['char_start']}-{d['char_end']}] "
+                   f"score {d['score']:.4f} (vec {d['vector_rank']}, lex {d['lexical_rank']}) "
+                   f"{d['valid_time']}\n    {snippet}")
+
+
 def main() -> None:  # pragma: no cover
     try:
         app()

