@@ -190,10 +190,11 @@ def load_beam(
         raise typer.Exit(1)
 
 
-def _embed(conn, model, *, context, progress, batch=32):
+def _embed(conn, model, *, context, progress, batch=32, page=1024):
     from donto_pg import embed as embedmod
 
-    return embedmod.embed_pending(conn, model, batch=batch, context=context, progress=progress)
+    return embedmod.embed_pending(conn, model, batch=batch, page=page, context=context,
+                                  progress=progress)
 
 
 @app.command()
@@ -202,13 +203,15 @@ def embed(
         help="sentence-transformers model name or local path [default: all-MiniLM-L6-v2, "
              "shipped offline]")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Encoding batch size.")] = 32,
+    page: Annotated[int, typer.Option(
+        min=1, help="Chunks per committed page (a kill loses at most one page).")] = 1024,
     context: Annotated[str | None, typer.Option(help="Only chunks of this context IRI.")] = None,
     dsn: DsnOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Embed every recall chunk that has no vector for the model (resumable; kill-safe)."""
     with dbmod.connect(dsn) as conn:
-        r = _embed(conn, model, context=context, progress=not as_json, batch=batch)
+        r = _embed(conn, model, context=context, progress=not as_json, batch=batch, page=page)
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
             "embedded": r.embedded, "already": r.already, "seconds": round(r.seconds, 2),
             "chunks_per_second": round(r.rate, 1), "index": r.index}

@@ -81,6 +81,7 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
         while max_pages is None or pages < max_pages:
             rows = conn.execute(PENDING, {"model": model_id, "context": context,
                                           "limit": page}).fetchall()
+            conn.commit()  # so that each page below commits on its own
             if not rows:
                 break
             rows.sort(key=lambda r: len(r[1]))  # length-sorted batches: less padding

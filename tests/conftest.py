@@ -27,13 +27,35 @@ CLUSTER = Cluster(TEST_HOME, settings={"fsync": "off", "synchronous_commit": "of
                                        "full_page_writes": "off"})
 
 
+SESSIONS = TEST_HOME / "sessions"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):
-        CLUSTER.start()
+    """Start the shared test cluster; several pytest sessions may use it at once."""
+    if hasattr(config, "workerinput"):
+        return
+    CLUSTER.start()
+    SESSIONS.mkdir(parents=True, exist_ok=True)
+    (SESSIONS / str(os.getpid())).touch()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput") and not os.environ.get("DONTO_TEST_KEEP"):
+    """Stop the cluster when the last live session using it ends (unless DONTO_TEST_KEEP)."""
+    if hasattr(config, "workerinput"):
+        return
+    (SESSIONS / str(os.getpid())).unlink(missing_ok=True)
+    others = [p for p in SESSIONS.glob("*") if p.name.isdigit() and _alive(int(p.name))]
+    if not others and not os.environ.get("DONTO_TEST_KEEP"):
         CLUSTER.stop()
 
 
@@ -45,7 +67,7 @@ def load_schema(*, host: str, port: int, user: str, dbname: str, password: str |
 
 
 donto_proc = factories.postgresql_noproc(
-    host=str(CLUSTER.sockdir), port=PORT, user=SUPERUSER, dbname="donto_tests",
+    host=str(CLUSTER.sockdir), port=PORT, user=SUPERUSER, dbname=f"donto_tests_{os.getpid()}",
     load=[load_schema],
 )
 _db = factories.postgresql("donto_proc")

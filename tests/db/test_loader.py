@@ -1,0 +1,219 @@
+"""BEAM loading and projection A on a real server."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from donto_pg import beam, loader
+from donto_pg.windows import recall_windows
+from tests.conftest import EXAMPLES, ROOT
+
+CONV13 = EXAMPLES / "chats" / "100K" / "13"
+
+
+def counts(conn) -> dict[str, int]:
+    tables = ["document", "revision", "turn", "statement", "x_memory_record", "projection",
+              "probe_question", "context"]
+    return {t: conn.execute(f"select count(*) from donto.{t}").fetchone()[0] for t in tables}
+
+
+def write_chat(root: Path, cid: str, batches, questions=None) -> Path:
+    d = root / "chats" / "100K" / cid
+    (d / "probing_questions").mkdir(parents=True)
+    (d / "chat.json").write_text(batches if isinstance(batches, str) else json.dumps(batches))
+    (d / "probing_questions" / "probing_questions.json").write_text(json.dumps(questions or {}))
+    return d
+
+
+def small_chat(text="I moved to Berlin in March.", anchor="March-15-2024", ids=(0, 1)):
+    return [{"batch_number": 1, "time_anchor": None, "turns": [[
+        {"role": "user", "id": ids[0], "time_anchor": anchor, "content": text + " ->-> 1,1",
+         "question_type": "main_question", "index": "1,1"},
+        {"role": "assistant", "id": ids[1], "content": "Noted: Berlin."},
+    ]]}]
+
+
+def test_load_conversation_and_projection_a(db):
+    res = loader.load_beam(db, str(CONV13))
+    assert [r.ok for r in res] == [True], res[0].error
+    r = res[0]
+    conv = next(beam.iter_beam(CONV13))
+    body, spans = beam.format_chat(conv)
+    assert (r.turns, r.questions, r.chars) == (len(conv.messages), 20, len(body))
+    rev = r.revision_id
+    # the chunks, in order, concatenate to the body exactly
+    joined = db.execute(
+        "select string_agg(s.object_lit ->> 'v', '' order by m.chunk_index) "
+        "from donto.x_memory_record m join donto.statement s using (statement_id) "
+        "where m.revision_id = %s", (rev,)).fetchone()[0]
+    assert joined == body
+    # the same spans as the Python reference, bit for bit
+    got = db.execute("select char_start, char_end from donto.x_memory_record "
+                     "where revision_id = %s order by chunk_index", (rev,)).fetchall()
+    assert got == list(recall_windows(body, 1200))
+    # every chunk's text is the exact bytes of its span, in the recall context
+    bad = db.execute(
+        "select count(*) from donto.statement s join donto.context c using (context_id) "
+        "where s.predicate = 'mem:episodic/chunk' and (s.object_lit ->> 'v' <> "
+        "donto.span_text(s.derived_from_revision, s.char_start, s.char_end) "
+        "or c.iri <> 'ctx:memory/episodic/beam/100K/13')").fetchone()[0]
+    assert bad == 0
+    first = db.execute(
+        "select s.object_lit ->> 'dt', lower(s.valid_time)::text from donto.x_memory_record m "
+        "join donto.statement s using (statement_id) where m.revision_id = %s "
+        "and m.chunk_index = 0", (rev,)).fetchone()
+    assert first == (conv.messages[0].date.isoformat(), conv.messages[0].date.isoformat())
+    # every message has its turn row and span
+    texts = db.execute("select donto.span_text(revision_id, char_start, char_end) "
+                       "from donto.turn where revision_id = %s order by seq", (rev,)).fetchall()
+    assert [t[0] for t in texts] == [m.content for m in conv.messages]
+
+
+def test_loading_twice_creates_nothing_new(db):
+    first = loader.load_beam(db, str(CONV13))
+    before = counts(db)
+    again = loader.load_beam(db, str(CONV13))
+    assert counts(db) == before
+    assert again[0].revision_id == first[0].revision_id and not again[0].new_revision
+    assert db.execute("select donto.project_recall(%s)", (first[0].revision_id,)).fetchone()[0] \
+        == first[0].chunks
+    assert counts(db) == before
+
+
+def test_gold_turns_resolve_to_spans(db):
+    loader.load_beam(db, str(CONV13))
+    n_gold, n_abst = db.execute(
+        "select count(*) filter (where jsonb_array_length(gold) > 0), "
+        "count(*) filter (where ability = 'abstention') from donto.probe_question").fetchone()
+    assert n_gold >= 15 and n_abst == 2
+    missing = db.execute(
+        "select q.question_id from donto.probe_question q where jsonb_array_length(q.gold) > 0 "
+        "and not exists (select 1 from donto.question_gold_span g "
+        "where g.question_id = q.question_id)").fetchall()
+    assert missing == []
+
+
+def test_bad_conversations_fail_alone_and_leave_nothing(db, tmp_path):
+    write_chat(tmp_path, "1", small_chat())
+    write_chat(tmp_path, "2", '[{"batch_number": 1, "turns": [[{"role": "user"')  # malformed
+    write_chat(tmp_path, "3", small_chat(text="bad \x00 byte"))
+    write_chat(tmp_path, "4", small_chat(anchor="February-30-2024"))
+    write_chat(tmp_path, "5", [])
+    write_chat(tmp_path, "6", small_chat(text="I like tea.", ids=(7, 7)))  # duplicate ids: loads
+    results = {r.conversation: r for r in loader.load_beam(db, str(tmp_path))}
+    assert {c for c, r in results.items() if r.ok} == {"100K/1", "100K/6"}
+    errors = {c: r.error for c, r in results.items() if not r.ok}
+    assert "malformed JSON" in errors["100K/2"]
+    assert "NUL" in errors["100K/3"]
+    assert "February-30-2024" in errors["100K/4"]
+    assert "no messages" in errors["100K/5"] or "empty" in errors["100K/5"]
+    assert any("duplicate" in w for w in results["100K/6"].warnings)
+    assert db.execute("select array_agg(iri order by iri) from donto.document").fetchone()[0] \
+        == ["beam:100K/1", "beam:100K/6"]
+    assert db.execute("select count(*) from donto.turn where turn_id = 7").fetchone()[0] == 2
+
+
+def test_partial_10m_conversation_reports_skipped_questions(db):
+    res = loader.load_beam(db, str(EXAMPLES / "chats" / "10M" / "5"))
+    assert res[0].ok, res[0].error
+    assert any("partial" in w for w in res[0].warnings)
+    assert res[0].skipped and all("past the loaded" in s or ":" in s for s in res[0].skipped)
+    ids = db.execute("select array_agg(turn_id order by seq) from donto.turn").fetchone()[0]
+    assert len(ids) == len(set(ids))  # plan ids made global: no restart at 0
+
+
+def test_hugging_face_rows_load(db):
+    res = loader.load_beam(db, str(EXAMPLES / "hf-sample" / "beam-100K-sample.jsonl"),
+                           scale="100K")
+    assert [r.ok for r in res] == [True, True]
+    # the same conversations as the GitHub layout: same canonical text, same revision
+    gh = loader.load_beam(db, str(CONV13))[0]
+    assert gh.revision_id in {r.revision_id for r in res} and not gh.new_revision
+
+
+def run_cli(db, *args, **kw):
+    info = db.info
+    dsn = f"host={info.host} port={info.port} user={info.user} dbname={info.dbname}"
+    return subprocess.run([sys.executable, "-m", "donto_pg", *args, "--dsn", dsn],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, **kw)
+
+
+def test_cli_load_reports_failures_with_exit_code(db, tmp_path):
+    write_chat(tmp_path, "1", small_chat())
+    write_chat(tmp_path, "2", '{"not": "a list"')
+    db.commit()
+    r = run_cli(db, "load-beam", str(tmp_path), "--no-embed", "--json")
+    assert r.returncode == 1
+    summary = json.loads(r.stdout)
+    assert (summary["loaded"], summary["failed"]) == (1, 1)
+
+
+def test_embed_resumes_after_kill(db, tmp_path):
+    """Kill `donto-pg embed` mid-run; a second run finishes with no duplicate or gap."""
+    chat = small_chat()
+    long_turns = [[{"role": "user", "id": 2 * i, "content": f"Line {i}: " + ("word " * 300),
+                    "question_type": "main_question"},
+                   {"role": "assistant", "id": 2 * i + 1, "content": "ok " * 200}]
+                  for i in range(1, 60)]
+    chat[0]["turns"].extend(long_turns)
+    write_chat(tmp_path, "1", chat)
+    loader.load_beam(db, str(tmp_path))
+    db.commit()
+    total = db.execute("select count(*) from donto.x_memory_record").fetchone()[0]
+    assert total > 40
+    info = db.info
+    dsn = f"host={info.host} port={info.port} user={info.user} dbname={info.dbname}"
+    proc = subprocess.Popen([sys.executable, "-m", "donto_pg", "embed", "--batch", "4",
+                             "--page", "8", "--dsn", dsn], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    n = 0
+    while time.monotonic() < deadline:
+        n = db.execute("select count(*) from donto.embedding").fetchone()[0]
+        db.commit()
+        if n >= 8 or proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = db.execute("select count(*) from donto.embedding").fetchone()[0]
+    db.commit()
+    assert 0 < partial < total, "the kill should land mid-run"
+    r = run_cli(db, "embed", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["embedded"] == total - partial
+    got = db.execute("select count(*), count(distinct statement_id) from donto.embedding"
+                     ).fetchone()
+    assert got == (total, total)
+    assert db.execute("select count(*) from pg_indexes where indexname = 'embedding_hnsw_m1'"
+                      ).fetchone()[0] == 1
+
+
+def test_psql_recall_as_reader(db, tmp_path):
+    write_chat(tmp_path, "1", small_chat())
+    loader.load_beam(db, str(tmp_path))
+    db.commit()
+    from donto_pg.embed import embed_pending
+    embed_pending(db, progress=False)
+    info = db.info
+    sql = ("set role donto_reader; select char_start, vector_rank is not null "
+           "from donto.recall('Where did I move?', k => 1);")
+    r = subprocess.run(["psql", "-At", "-h", info.host, "-p", str(info.port), "-U", info.user,
+                        "-d", info.dbname, "-v", "ON_ERROR_STOP=1", "-c", sql],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    start, has_vec = r.stdout.strip().splitlines()[-1].split("|")
+    assert has_vec == "t" and int(start) == 0
+    reader = psycopg.connect(host=info.host, port=info.port, user=info.user, dbname=info.dbname)
+    reader.execute("set role donto_reader")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        reader.execute("select donto.project_recall(1, 500)")
+    reader.close()
