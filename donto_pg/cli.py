@@ -252,6 +252,26 @@ def recall(
                    f"{d['valid_time']}\n    {snippet}")
 
 
+@app.command()
+def demo(
+    path: Annotated[str | None, typer.Argument(
+        help="A BEAM conversation dir [default: the bundled examples/beam/chats/100K/13].")] = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """Walk through donto-pg on one BEAM conversation (embedded database by default)."""
+    from pathlib import Path
+
+    from donto_pg import demo as demomod
+
+    url = dbmod.resolve_dsn(dsn)
+    typer.echo(f"database: {url}")
+    with dbmod.connect(url, vector=False) as conn:
+        applied = mig.migrate(conn)
+        typer.echo("migrated: " + (", ".join(applied) if applied else "up to date"))
+    with dbmod.connect(url) as conn:
+        demomod.run(conn, url, typer.echo, Path(path) if path else demomod.EXAMPLE)
+
+
 def main() -> None:  # pragma: no cover
     try:
         app()

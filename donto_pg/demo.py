@@ -1,0 +1,128 @@
+"""`donto-pg demo`: the whole path on one BEAM conversation, narrated.
+
+Every step is a call into the database API, printed so it can be pasted into
+psql: register a content-addressed revision, show I3 refusing an UPDATE, cut
+and embed projection A, recall three probing questions (hit or miss against
+their gold turns), cut projection B, render one prompt, extract and trace a
+claim back to its bytes.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from donto_pg import beam, loader
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "beam" / "chats" / "100K" / "13"
+QUESTION_ABILITIES = ("information_extraction", "knowledge_update", "temporal_reasoning")
+
+Echo = Callable[[str], None]
+
+
+def _head(echo: Echo, title: str) -> None:
+    echo("")
+    echo(f"== {title} " + "=" * max(0, 70 - len(title)))
+
+
+def _short(text: str, width: int = 110) -> str:
+    return textwrap.shorten(" ".join(text.split()), width=width, placeholder=" ...")
+
+
+def show_revision(conn: psycopg.Connection, echo: Echo, conv: beam.Conversation) -> int:
+    _head(echo, "1. One conversation -> one content-addressed revision")
+    body, spans = beam.format_chat(conv)
+    iri = loader.document_iri(conv)
+    echo(f"{conv.conversation_id}: {len(conv.messages)} messages, {len(body):,} chars of "
+         "canonical text. Its first lines:")
+    for line in body.splitlines()[:3]:
+        echo("    " + _short(line, 100))
+    rev = conn.execute("select donto.register_revision(%s, %s)", (iri, body)).fetchone()[0]
+    sha = conn.execute("select encode(sha256, 'hex') from donto.revision where revision_id = %s",
+                       (rev,)).fetchone()[0]
+    again = conn.execute("select donto.register_revision(%s, %s)", (iri, body)).fetchone()[0]
+    conn.commit()
+    echo(f"select donto.register_revision('{iri}', <body>)  -> revision {rev}")
+    echo(f"  sha256 {sha}")
+    echo(f"registering the same body again                 -> revision {again} "
+         f"({'the same: idempotent' if again == rev else 'DIFFERENT?!'})")
+    return rev
+
+
+def show_i3(conn: psycopg.Connection, echo: Echo, rev: int) -> None:
+    _head(echo, "2. Invariant I3: facts are append-only, enforced by the database")
+    sql = f"update donto.revision set body = 'rewritten' where revision_id = {rev}"
+    echo(sql)
+    try:
+        conn.execute(sql)
+        echo("  !! the update went through: I3 is NOT enforced")
+    except psycopg.Error as exc:
+        echo(f"  refused: {exc.diag.message_primary}")
+    conn.rollback()
+
+
+def show_load(conn: psycopg.Connection, echo: Echo, path: Path) -> loader.LoadResult:
+    _head(echo, "3. Load: turns, probing questions, projection A (recall chunks)")
+    res = loader.load_beam(conn, str(path))[0]
+    if not res.ok:
+        raise RuntimeError(res.error)
+    echo(f"turns {res.turns}, questions {res.questions}, recall chunks {res.chunks} "
+         f"(select donto.project_recall({res.revision_id}) -- 1,200-char line-respecting "
+         "windows)")
+    return res
+
+
+def show_embed(conn: psycopg.Connection, echo: Echo) -> None:
+    from donto_pg.embed import embed_pending
+
+    _head(echo, "4. Embed the chunks (all-MiniLM-L6-v2, offline) into pgvector")
+    r = embed_pending(conn, progress=True)
+    echo(f"{r.embedded} new vectors ({r.already} already there) in {r.seconds:.1f}s; "
+         f"HNSW index {r.index}")
+
+
+def show_recall(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult, dsn: str) -> None:
+    _head(echo, "5. Recall three probing questions from SQL")
+    context = f"ctx:memory/episodic/beam/{res.conversation}"
+    for ability in QUESTION_ABILITIES:
+        row = conn.execute(
+            "select question_id, question from donto.probe_question where revision_id = %s "
+            "and ability = %s and jsonb_array_length(gold) > 0 order by qindex limit 1",
+            (res.revision_id, ability)).fetchone()
+        if row is None:
+            continue
+        qid, question = row
+        gold = conn.execute("select header_start, char_end, turn_id from donto.question_gold_span "
+                            "where question_id = %s", (qid,)).fetchall()
+        hits = conn.execute(
+            "select char_start, char_end, score, chunk_text from donto.recall(%s, k => 3, "
+            "context => %s)", (question, context)).fetchall()
+        echo(f"[{ability}] {question}")
+        echo(f"  gold turns: {sorted({g[2] for g in gold})}")
+        for rank, (s, e, score, text) in enumerate(hits, 1):
+            hit = any(s < ge and gs < e for gs, ge, _ in gold)
+            echo(f"  {rank}. [{s}, {e}) score {score:.4f} {'HIT ' if hit else 'miss'} "
+                 f"{_short(text, 80)}")
+    echo("")
+    echo("The same from psql:")
+    q = question.replace("'", "''").replace('"', '\\"')
+    echo(f"  psql \"{dsn}\" -c \"select char_start, char_end, score, left(chunk_text, 60) "
+         f"from donto.recall('{q}', k => 3, context => '{context}')\"")
+
+
+def run(conn: psycopg.Connection, dsn: str, echo: Echo = print, path: Path = EXAMPLE,
+        extraction: Callable[[psycopg.Connection, Echo, loader.LoadResult], None] | None = None,
+        ) -> dict[str, object]:
+    """Run the demo on the conversation at PATH; returns the facts it showed."""
+    conv = next(c for c in beam.iter_beam(path) if isinstance(c, beam.Conversation))
+    rev = show_revision(conn, echo, conv)
+    show_i3(conn, echo, rev)
+    res = show_load(conn, echo, path)
+    show_embed(conn, echo)
+    show_recall(conn, echo, res, dsn)
+    if extraction is not None:
+        extraction(conn, echo, res)
+    return {"revision_id": rev, "chunks": res.chunks}
