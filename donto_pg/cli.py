@@ -144,6 +144,7 @@ def load_beam(
         "--conversation", "-c",
         help="Only this conversation id (repeatable): 1 or 100K/1.")] = None,
     no_embed: Annotated[bool, typer.Option("--no-embed", help="Skip embedding.")] = False,
+    jobs: Annotated[int, typer.Option(min=1, help="Conversations loaded concurrently.")] = 2,
     model: Annotated[str | None, typer.Option(help="Embedding model (name or path).")] = None,
     dsn: DsnOpt = None,
     as_json: JsonOpt = False,
@@ -173,7 +174,8 @@ def load_beam(
     with dbmod.connect(dsn) as conn:
         try:
             results = loader.load_beam(conn, path, scale=scale, conversations=conversation,
-                                       on_result=show)
+                                       on_result=show, jobs=jobs,
+                                       connect=lambda: dbmod.connect(dsn, vector=False))
         except (FileNotFoundError, ValueError) as exc:
             raise fail(str(exc)) from exc
         report = None

@@ -103,16 +103,49 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
 
 def load_beam(conn: psycopg.Connection, path: str, *, scale: str | None = None,
               conversations: list[str] | None = None, window_chars: int = 1200,
-              on_result: Callable[[LoadResult], None] | None = None) -> list[LoadResult]:
-    """Load every conversation found at PATH; failures are reported, not raised."""
-    results = []
-    for item in beam.iter_beam(path, scale=scale, conversations=conversations or None):
+              on_result: Callable[[LoadResult], None] | None = None,
+              jobs: int = 1, connect: Callable[[], psycopg.Connection] | None = None,
+              ) -> list[LoadResult]:
+    """Load every conversation found at PATH; failures are reported, not raised.
+
+    With JOBS > 1 (and CONNECT, a factory of new connections) conversations load
+    concurrently, one connection per worker; results keep the input order.
+    """
+    items = beam.iter_beam(path, scale=scale, conversations=conversations or None)
+
+    def one(item, c: psycopg.Connection) -> LoadResult:
         if isinstance(item, beam.BeamFormatError):
-            res = LoadResult(getattr(item, "conversation_id", None) or "?", ok=False,
-                             error=str(item))
-        else:
-            res = load_conversation(conn, item, window_chars)
-        results.append(res)
-        if on_result:
-            on_result(res)
+            return LoadResult(item.conversation_id or "?", ok=False, error=str(item))
+        return load_conversation(c, item, window_chars)
+
+    if jobs <= 1 or connect is None:
+        results = []
+        for item in items:
+            results.append(one(item, conn))
+            if on_result:
+                on_result(results[-1])
+        return results
+
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = threading.local()
+    opened: list[psycopg.Connection] = []
+
+    def work(item) -> LoadResult:
+        if not hasattr(local, "conn"):
+            local.conn = connect()
+            opened.append(local.conn)
+        return one(item, local.conn)
+
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = []
+            for res in pool.map(work, items):
+                results.append(res)
+                if on_result:
+                    on_result(res)
+    finally:
+        for c in opened:
+            c.close()
     return results
