@@ -1,0 +1,623 @@
+"""The extractor: render pending blocks, ask a model, ingest the answers.
+
+Everything that decides *what* a claim is happens in the database
+(``donto.render_for_extraction``, ``donto.ingest_extraction``); this module only
+moves blocks between the database and the LLM providers, with bounded
+concurrency, progress and an early alarm.
+
+Runs and resuming
+-----------------
+A run is an *arm*: the set of models, the pinned prompt-template versions, the
+projection B parameters and an optional run name make its ``run_key``. Running
+``extract`` again with the same models continues the same run
+(``donto.start_extraction_run`` records a ``resumed`` event naming the session's
+providers, so endpoints may be added or dropped between sessions); a different
+model, template version or run name is a new run that extracts every block again
+(another arm). A block is *pending* for a run when it
+has no ingested response for that run; each block is ingested in its own
+transaction, and ``donto.ingest_extraction`` is idempotent per (block, run). So a
+run killed at any moment and started again extracts every block exactly once:
+the blocks in flight at the kill have no response and are pending again (their
+LLM call is repeated, their claims are never stored twice).
+
+The alarm
+---------
+When the run (all its blocks so far, earlier sessions included) reaches
+``alarm_after`` ingested blocks, and again at every further multiple, or at the
+start of a resumed run that already has that many, the extractor computes
+``donto.extraction_run_stats`` and stops, saying why, if
+
+* the injection rate (blocks whose answer was hijacked, over all blocks) is above
+  ``max_injection``, or
+* the median anchor rate is below ``min_anchor``. The median is taken over the
+  *dialogue* blocks that returned at least one fact: code blocks are expected to
+  have no anchors (their type-facts are hypotheses without quotes), and blocks
+  with no facts are counted as broken, not as unanchored.
+
+Providers
+---------
+The default provider pool is :meth:`donto_pg.llm.ProviderPool.baseline` (the
+offline rule-based extractor); a run made with it is labelled ``baseline`` in the
+database (``extraction_run.is_baseline``, its label) and in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psycopg
+
+from donto_pg import render
+from donto_pg.llm import ProviderError, ProviderFatalError, ProviderPool
+
+__all__ = [
+    "ExtractionReport",
+    "Progress",
+    "ProjectionResult",
+    "format_progress",
+    "format_report",
+    "project_extraction",
+    "resolve_revisions",
+    "run_extraction",
+    "template_seed_sql",
+]
+
+ConnFactory = Callable[[], psycopg.Connection]
+
+BASELINE_NOTE = (
+    "baseline: the offline rule-based extractor (donto-baseline-v1), not a language model"
+)
+
+
+# --- selection and projection -----------------------------------------------------------
+
+
+def _document_iri(name: str) -> str:
+    return name if ":" in name else f"beam:{name}"
+
+
+def resolve_revisions(
+    conn: psycopg.Connection,
+    revision_ids: Iterable[int] | None = None,
+    conversations: Iterable[str] | None = None,
+) -> list[int]:
+    """Revision ids to work on.
+
+    ``revision_ids`` as given (checked); ``conversations`` are document IRIs
+    (``beam:100K/1``, or ``100K/1`` for BEAM), each giving its latest revision; with
+    neither, the latest revision of every document that has a turn table.
+    Raises ``ValueError`` naming what was not found.
+    """
+    out: list[int] = []
+    if revision_ids:
+        ids = [int(r) for r in revision_ids]
+        found = {r for (r,) in conn.execute(
+            "select revision_id from donto.revision where revision_id = any(%s)", (ids,))}
+        missing = [r for r in ids if r not in found]
+        if missing:
+            raise ValueError(f"no revision {', '.join(map(str, missing))}")
+        out += ids
+    if conversations:
+        for name in conversations:
+            iri = _document_iri(name)
+            row = conn.execute(
+                "select r.revision_id from donto.revision as r "
+                "inner join donto.document as d using (document_id) where d.iri = %s "
+                "order by r.revision_id desc limit 1", (iri,)).fetchone()
+            if row is None:
+                raise ValueError(f"no conversation {iri}")
+            out.append(row[0])
+    if revision_ids is None and conversations is None:
+        out = [r for (r,) in conn.execute(
+            "select r.revision_id from donto.revision as r "
+            "where not exists (select 1 from donto.revision as n "
+            "                  where n.supersedes = r.revision_id) "
+            "and exists (select 1 from donto.turn as t where t.revision_id = r.revision_id) "
+            "order by r.revision_id")]
+    conn.commit()
+    return list(dict.fromkeys(out))
+
+
+@dataclass
+class ProjectionResult:
+    """Projection B of one revision."""
+
+    revision_id: int
+    document: str
+    blocks: int
+    by_kind: dict[str, int]
+    split_blocks: int
+    chars: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def project_extraction(
+    conn: psycopg.Connection,
+    *,
+    revision_ids: Iterable[int] | None = None,
+    conversations: Iterable[str] | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> list[ProjectionResult]:
+    """Run ``donto.project_extraction`` on each selected revision (one transaction each).
+
+    Selection as in :func:`resolve_revisions`; ``params`` are segmenter parameters
+    (``cap``, ``target``, ``keep_exchange``, ``min_prose``). Idempotent.
+    """
+    p = json.dumps(dict(params or {}))
+    results = []
+    for rev in resolve_revisions(conn, revision_ids, conversations):
+        with conn.transaction():
+            n = conn.execute("select donto.project_extraction(%s, %s)", (rev, p)).fetchone()[0]
+            row = conn.execute(
+                "select d.iri, coalesce(jsonb_object_agg(k.kind, k.n) "
+                "         filter (where k.kind is not null), '{}'), "
+                "       coalesce(sum(k.split), 0)::integer, r.body_chars "
+                "from donto.revision as r inner join donto.document as d using (document_id) "
+                "left join lateral ("
+                "  select b.kind, count(*) as n, count(*) filter (where b.split) as split "
+                "  from donto.extraction_block as b inner join donto.projection as p "
+                "    on p.projection_id = b.projection_id "
+                "  where p.revision_id = r.revision_id and p.kind = 'extraction' "
+                "    and p.params = donto._extraction_params(%s) group by b.kind) as k on true "
+                "where r.revision_id = %s group by d.iri, r.body_chars", (p, rev)).fetchone()
+        results.append(ProjectionResult(rev, row[0], n, dict(row[1]), row[2], row[3]))
+    return results
+
+
+# --- progress and report ------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Counts of this session so far (``total`` = blocks pending at its start)."""
+
+    run_id: int
+    label: str
+    is_baseline: bool
+    total: int
+    done: int = 0
+    healthy: int = 0
+    degraded: int = 0
+    broken: int = 0
+    injected: int = 0
+    failed: int = 0
+    facts: int = 0
+    elapsed_s: float = 0.0
+    last: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("last", None)
+        return d
+
+
+def format_progress(p: Progress) -> str:
+    """One progress line, e.g. for a terminal (``\\r``-rewritten)."""
+    rate = p.done / p.elapsed_s if p.elapsed_s > 0 else 0.0
+    tag = " [baseline]" if p.is_baseline else ""
+    return (
+        f"run {p.run_id}{tag}: {p.done}/{p.total} blocks  healthy {p.healthy}  "
+        f"degraded {p.degraded}  broken {p.broken}  injected {p.injected}  "
+        f"failed {p.failed}  facts {p.facts}  {rate:.1f} blocks/s"
+    )
+
+
+@dataclass
+class ExtractionReport:
+    """What one call of :func:`run_extraction` did.
+
+    ``stopped`` is None when every selected block of the run has been ingested,
+    else ``'limit'`` (more blocks pending), ``'alarm'``, ``'failed'`` or
+    ``'interrupted'``; ``reason`` says why. ``run`` holds the run's statistics over
+    all its sessions (``donto.extraction_run_stats``).
+    """
+
+    run_id: int
+    run_key: str
+    label: str
+    is_baseline: bool
+    providers: list[dict[str, Any]]
+    templates: dict[str, str]
+    params: dict[str, Any]
+    revisions: list[int]
+    resumed: bool
+    progress: Progress
+    pending_after: int = 0
+    stopped: str | None = None
+    reason: str | None = None
+    alarm: dict[str, Any] | None = None
+    run: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True unless the run was stopped by an alarm, a failure or an interruption."""
+        return self.stopped in (None, "limit")
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["progress"] = self.progress.as_dict()
+        d["ok"] = self.ok
+        return d
+
+
+def format_report(report: ExtractionReport) -> str:
+    """A few lines for a terminal: the run, this session's counts, the run's totals, why
+    it stopped."""
+    p, run = report.progress, report.run
+    lines = [
+        f"run {report.run_id} ({report.label}){' resumed' if report.resumed else ''}: "
+        f"templates {report.templates}, revisions {report.revisions}",
+    ]
+    if report.note:
+        lines.append(f"note: {report.note}")
+    lines.append(
+        f"this session: {p.done} blocks in {p.elapsed_s:.1f} s - healthy {p.healthy}, "
+        f"degraded {p.degraded}, broken {p.broken}, injected {p.injected}, failed {p.failed}, "
+        f"facts {p.facts}")
+    if run:
+        median = run.get("median_dialogue_anchor_rate")
+        lines.append(
+            f"run so far: {run.get('blocks')} blocks - healthy {run.get('healthy')}, degraded "
+            f"{run.get('degraded')}, broken {run.get('broken')}, injection rate "
+            f"{run.get('injection_rate')}, median dialogue anchor rate "
+            f"{'n/a' if median is None else round(median, 3)}; {report.pending_after} pending")
+    if report.stopped:
+        lines.append(f"stopped ({report.stopped}): {report.reason}")
+    return "\n".join(lines)
+
+
+# --- the run -------------------------------------------------------------------------
+
+
+def provider_descriptions(pool: ProviderPool) -> list[dict[str, Any]]:
+    """The providers of a pool as the run records them (no keys, no key variable names)."""
+    out = []
+    for p in pool.providers:
+        d: dict[str, Any] = {"name": p.name, "model": p.model}
+        if not p.is_baseline:
+            d["base_url"] = p.base_url
+        out.append(d)
+    return out
+
+
+def alarm_verdict(
+    stats: Mapping[str, Any], *, max_injection: float, min_anchor: float
+) -> str | None:
+    """Why a run must stop (from ``donto.extraction_run_stats``), or None."""
+    reasons = []
+    rate = stats.get("injection_rate")
+    if rate is not None and rate > max_injection:
+        reasons.append(
+            f"injection rate {rate:.3f} ({stats.get('injected')} of {stats.get('blocks')} "
+            f"blocks answered the source instead of extracting) is above {max_injection}"
+        )
+    median = stats.get("median_dialogue_anchor_rate")
+    if median is not None and median < min_anchor:
+        reasons.append(
+            f"median anchor rate {median:.3f} over {stats.get('dialogue_blocks_with_facts')} "
+            f"dialogue blocks with facts is below {min_anchor} (quotes do not match the source)"
+        )
+    return "; ".join(reasons) or None
+
+
+class _Workers:
+    """One database connection per worker thread."""
+
+    def __init__(self, factory: ConnFactory) -> None:
+        self._factory = factory
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._conns: list[psycopg.Connection] = []
+
+    def conn(self) -> psycopg.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None or c.closed:
+            c = self._factory()
+            self._local.conn = c
+            with self._lock:
+                self._conns.append(c)
+        return c
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._conns:
+                c.close()
+            self._conns.clear()
+
+
+def _extract_one(
+    workers: _Workers, pool: ProviderPool, run_id: int, block_id: int
+) -> dict[str, Any]:
+    """Render, complete, ingest one block; returns the ingest summary."""
+    conn = workers.conn()
+    try:
+        prompt, system = conn.execute(
+            "select donto.render_for_extraction(%s, %s), t.system "
+            "from donto.extraction_template(%s, %s) as t",
+            (block_id, run_id, block_id, run_id)).fetchone()
+        conn.commit()
+        completion = pool.complete([
+            {"role": "system", "content": system},
+            {"role": "user", "content": prompt},
+        ])
+        text = completion.text
+        meta: dict[str, Any] = {
+            "provider": completion.provider, "model": completion.model,
+            "usage": completion.usage, "latency_s": round(completion.latency_s, 4),
+            "finish_reason": completion.finish_reason,
+        }
+        if "\x00" in text:  # PostgreSQL text cannot hold NUL
+            meta["nul_replaced"] = text.count("\x00")
+            text = text.replace("\x00", "\ufffd")
+        summary = conn.execute(
+            "select donto.ingest_extraction(%s, %s, %s, %s)",
+            (block_id, run_id, text, json.dumps(meta))).fetchone()[0]
+        conn.commit()
+        return summary
+    except BaseException:
+        if not conn.closed:
+            conn.rollback()
+        raise
+
+
+def _event(conn: psycopg.Connection, run_id: int, event: str, detail: Mapping[str, Any]) -> None:
+    conn.execute("select donto.record_extraction_event(%s, %s, %s)",
+                 (run_id, event, json.dumps(detail, default=str)))
+    conn.commit()
+
+
+def _stats(conn: psycopg.Connection, run_id: int) -> dict[str, Any]:
+    row = conn.execute("select donto.extraction_run_stats(%s)", (run_id,)).fetchone()
+    conn.commit()
+    return dict(row[0])
+
+
+def _pending(conn: psycopg.Connection, run_id: int, revisions: list[int],
+             limit: int | None) -> list[int]:
+    rows = conn.execute(
+        "select block_id from donto.pending_extraction_blocks(%s, %s, %s)",
+        (run_id, revisions, limit)).fetchall()
+    conn.commit()
+    return [r[0] for r in rows]
+
+
+def run_extraction(
+    conn_factory: ConnFactory,
+    *,
+    revision_ids: Sequence[int] | None = None,
+    conversations: Sequence[str] | None = None,
+    providers: ProviderPool | None = None,
+    concurrency: int = 4,
+    alarm_after: int = 500,
+    max_injection: float = 0.02,
+    min_anchor: float = 0.4,
+    limit: int | None = None,
+    params: Mapping[str, Any] | None = None,
+    run_name: str | None = None,
+    max_consecutive_failures: int = 10,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> ExtractionReport:
+    """Extract claims from every pending block of the selected revisions.
+
+    ``conn_factory()`` opens a new connection (autocommit off); one is used by the
+    caller's thread and one by each worker. ``providers`` defaults to the offline
+    baseline. The selected revisions are projected first (``project_extraction``
+    with ``params``; idempotent). ``limit`` caps the blocks processed by this call;
+    ``alarm_after=0`` disables the alarm. ``run_name`` starts a separate run (arm)
+    with otherwise identical settings. ``on_progress`` is called after every block.
+
+    A provider that fails fatally (e.g. HTTP 401) stops the run; a block whose
+    every attempt failed stays pending and is counted in ``failed``;
+    ``max_consecutive_failures`` such blocks in a row stop the run. On any other
+    exception (KeyboardInterrupt included) an ``interrupted`` event is recorded and
+    the exception propagates; blocks already ingested stay ingested.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    if limit is not None and limit < 0:
+        raise ValueError("limit must be >= 0")
+    pool = providers or ProviderPool.baseline()
+    main = conn_factory()
+    workers = _Workers(conn_factory)
+    try:
+        revisions = resolve_revisions(main, revision_ids, conversations)
+        p = json.dumps(dict(params or {}))
+        for rev in revisions:
+            main.execute("select donto.project_extraction(%s, %s)", (rev, p))
+            main.commit()
+        descr = provider_descriptions(pool)
+        run_id, resumed = main.execute(
+            "select run_id, resumed from donto.start_extraction_run(%s, %s, null, %s)",
+            (json.dumps(descr), p, run_name)).fetchone()
+        run = main.execute(
+            "select run_key, label, is_baseline, templates, params "
+            "from donto.extraction_run where run_id = %s", (run_id,)).fetchone()
+        main.commit()
+        run_key, label, is_baseline, templates, run_params = run
+        pending = _pending(main, run_id, revisions, limit)
+        progress = Progress(run_id=run_id, label=label, is_baseline=is_baseline,
+                            total=len(pending))
+        report = ExtractionReport(
+            run_id=run_id, run_key=run_key, label=label, is_baseline=is_baseline,
+            providers=descr, templates=dict(templates), params=dict(run_params),
+            revisions=revisions, resumed=resumed, progress=progress,
+            note=BASELINE_NOTE if is_baseline else None)
+        _loop(main, workers, pool, report, pending, concurrency=concurrency,
+              alarm_after=alarm_after, max_injection=max_injection, min_anchor=min_anchor,
+              max_consecutive_failures=max_consecutive_failures, on_progress=on_progress)
+        report.run = _stats(main, run_id)
+        report.pending_after = len(_pending(main, run_id, revisions, None))
+        if report.stopped is None and report.pending_after:
+            report.stopped = "limit"
+            report.reason = f"{report.pending_after} blocks still pending (limit {limit})"
+        if report.stopped in (None, "limit"):
+            event = "finished" if report.stopped is None else "paused"
+            _event(main, run_id, event, {"session": progress.as_dict(),
+                                         "pending": report.pending_after})
+        return report
+    finally:
+        workers.close()
+        main.close()
+
+
+def _loop(
+    main: psycopg.Connection,
+    workers: _Workers,
+    pool: ProviderPool,
+    report: ExtractionReport,
+    pending: list[int],
+    *,
+    concurrency: int,
+    alarm_after: int,
+    max_injection: float,
+    min_anchor: float,
+    max_consecutive_failures: int,
+    on_progress: Callable[[Progress], None] | None,
+) -> None:
+    run_id = report.run_id
+    progress = report.progress
+    started = time.monotonic()
+    prior = int(_stats(main, run_id).get("blocks") or 0)
+    next_check = (prior // alarm_after + 1) * alarm_after if alarm_after > 0 else None
+
+    def check_alarm() -> bool:
+        stats = _stats(main, run_id)
+        why = alarm_verdict(stats, max_injection=max_injection, min_anchor=min_anchor)
+        if why is None:
+            return False
+        report.stopped, report.reason = "alarm", f"alarm after {stats['blocks']} blocks: {why}"
+        report.alarm = {"stats": stats, "max_injection": max_injection,
+                        "min_anchor": min_anchor, "alarm_after": alarm_after}
+        _event(main, run_id, "alarm", {"reason": why, "stats": stats})
+        return True
+
+    if alarm_after > 0 and prior >= alarm_after and check_alarm():
+        return
+    queue = list(reversed(pending))
+    inflight: dict[Future, int] = {}
+    consecutive = 0
+    try:
+        with ThreadPoolExecutor(max_workers=concurrency,
+                                thread_name_prefix="donto-extract") as ex:
+            while queue or inflight:
+                while queue and report.stopped is None and len(inflight) < 2 * concurrency:
+                    block = queue.pop()
+                    inflight[ex.submit(_extract_one, workers, pool, run_id, block)] = block
+                if not inflight:
+                    break
+                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    block = inflight.pop(fut)
+                    try:
+                        summary = fut.result()
+                    except ProviderFatalError as exc:
+                        report.errors.append(f"block {block}: {exc}")
+                        if report.stopped is None:
+                            report.stopped, report.reason = "failed", str(exc)
+                            _event(main, run_id, "failed", {"reason": str(exc),
+                                                            "block_id": block})
+                        continue
+                    except ProviderError as exc:
+                        progress.failed += 1
+                        consecutive += 1
+                        report.errors.append(f"block {block}: {exc}")
+                        if consecutive >= max_consecutive_failures and report.stopped is None:
+                            why = (f"{consecutive} blocks in a row failed with every provider; "
+                                   f"last: {exc}")
+                            report.stopped, report.reason = "failed", why
+                            _event(main, run_id, "failed", {"reason": why})
+                        continue
+                    consecutive = 0
+                    _count(progress, summary)
+                    progress.elapsed_s = time.monotonic() - started
+                    if on_progress is not None:
+                        on_progress(progress)
+                    if (next_check is not None and report.stopped is None
+                            and prior + progress.done >= next_check):
+                        next_check += alarm_after
+                        check_alarm()
+    except BaseException as exc:
+        progress.elapsed_s = time.monotonic() - started
+        report.stopped = "interrupted"
+        report.reason = f"{type(exc).__name__}: {exc}"
+        try:
+            main.rollback()
+            _event(main, run_id, "interrupted", {"reason": report.reason,
+                                                 "session": progress.as_dict()})
+        except psycopg.Error as db_exc:
+            exc.add_note(f"(the interrupted event could not be recorded: {db_exc})")
+        raise
+    progress.elapsed_s = time.monotonic() - started
+
+
+def _count(progress: Progress, summary: Mapping[str, Any]) -> None:
+    progress.done += 1
+    progress.last = dict(summary)
+    fate = summary.get("fate")
+    if fate == "healthy":
+        progress.healthy += 1
+    elif fate == "degraded":
+        progress.degraded += 1
+    else:
+        progress.broken += 1
+    if summary.get("injection"):
+        progress.injected += 1
+    progress.facts += int(summary.get("facts") or 0)
+
+
+# --- prompt templates in the database ---------------------------------------------------
+
+
+def _sql_text(text: str, indent: str, width: int = 76) -> str:
+    """A SQL expression for ``text``: short literals joined by ``||`` (lines <= 100 chars)."""
+    tokens: list[str] = []
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        chunks: list[str] = []
+        rest = line
+        while len(rest) > width:
+            cut = rest.rfind(" ", 0, width) + 1 or width
+            chunks.append(rest[:cut])
+            rest = rest[cut:]
+        if rest or not chunks:
+            chunks.append(rest)
+        last = len(chunks) - 1
+        for k, chunk in enumerate(chunks):
+            lit = chunk.replace("'", "''")
+            if i < len(lines) - 1 and k == last:
+                tokens.append("E'" + lit.replace("\\", "\\\\") + "\\n'")
+            elif chunk:
+                tokens.append(f"'{lit}'")
+    return ("\n" + indent + "|| ").join(tokens or ["''"])
+
+
+def template_seed_sql() -> str:
+    """The rows of ``donto._prompt_template_seed()`` (sql/070-extraction.sql), generated
+    from :data:`donto_pg.render.TEMPLATES`, in their order (which is version order)."""
+    ind = " " * 8
+    rows = []
+    for n, ((family, version), t) in enumerate(render.TEMPLATES.items(), 1):
+        kinds = sorted(k for k, f in render.FAMILY_BY_KIND.items() if f == family)
+        fields = [
+            str(n),
+            f"'{family}'",
+            f"'{version}'",
+            "array[" + ", ".join(f"'{k}'" for k in kinds) + "]",
+            _sql_text(t["system"], ind),
+            _sql_text(t["preamble"], ind),
+            _sql_text(t["reminder"], ind),
+            _sql_text(t["schema_text"], ind),
+            "(" + _sql_text(json.dumps(t["schema"], sort_keys=True), ind) + ")::jsonb",
+        ]
+        rows.append("    (\n" + ind + (",\n" + ind).join(fields) + "\n    )")
+    return "    values\n" + ",\n".join(rows) + ";\n"
