@@ -113,9 +113,55 @@ def show_recall(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult, ds
          f"from donto.recall('{q}', k => 3, context => '{context}')\"")
 
 
+def show_extraction(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult, dsn: str,
+                    provider_config: str | None = None) -> None:
+    from donto_pg import extract
+    from donto_pg.llm import ProviderPool
+
+    _head(echo, "6. Projection B: extraction blocks")
+    proj = extract.project_extraction(conn, revision_ids=[res.revision_id])[0]
+    echo(f"select donto.project_extraction({res.revision_id}) -> {proj.blocks} blocks "
+         f"{proj.by_kind} (turn-aligned, modality-pure, <= 4,000 chars)")
+    block_id = conn.execute(
+        "select block_id from donto.extraction_block where revision_id = %s and kind = 'dialogue' "
+        "order by seq limit 1", (res.revision_id,)).fetchone()[0]
+    prompt = conn.execute("select donto.render_for_extraction(%s)", (block_id,)).fetchone()[0]
+    conn.commit()
+    lines = prompt.splitlines()
+    echo(f"select donto.render_for_extraction({block_id})  -- the only path to a prompt "
+         f"({len(prompt):,} chars; first and last lines):")
+    for line in lines[:8] + ["    ..."] + lines[-6:]:
+        echo("  | " + _short(line, 104))
+
+    _head(echo, "7. Extract claims, anchored by char offset")
+    pool = ProviderPool.from_config(provider_config) if provider_config else None
+    if pool is None:
+        echo("no provider configured (--provider-config): using the offline rule-based "
+             "baseline extractor, not a language model")
+    report = extract.run_extraction(lambda: psycopg.connect(dsn), revision_ids=[res.revision_id],
+                                    providers=pool, alarm_after=0)
+    echo(extract.format_report(report))
+
+    _head(echo, "8. A claim traced back to its bytes (donto.claim_provenance)")
+    row = conn.execute(
+        "select claim_id, subject, predicate, object, revision_id, char_start, char_end, "
+        "anchor_method, evidence_text, model, prompt_version, recall_chunks "
+        "from donto.claim_provenance where char_start is not null and revision_id = %s "
+        "order by claim_id limit 1", (res.revision_id,)).fetchone()
+    if row is None:
+        echo("no anchored claim in this run")
+        return
+    cid, s, p, o, rev, start, end, method, evidence, model, version, chunks = row
+    exact = conn.execute("select donto.span_text(%s, %s, %s)", (rev, start, end)).fetchone()[0]
+    echo(f"claim {cid}: ({s}, {p}, {o})  [{model}, prompt {version}]")
+    echo(f"  evidence: revision {rev} [{start}, {end}) anchored {method}: "
+         f"\"{_short(evidence, 90)}\"")
+    echo(f"  select donto.span_text({rev}, {start}, {end}) returns the same bytes: "
+         f"{'yes' if exact == evidence else 'NO'}; recall chunks over it: {chunks}")
+
+
 def run(conn: psycopg.Connection, dsn: str, echo: Echo = print, path: Path = EXAMPLE,
-        extraction: Callable[[psycopg.Connection, Echo, loader.LoadResult], None] | None = None,
-        ) -> dict[str, object]:
+        provider_config: str | None = None) -> dict[str, object]:
     """Run the demo on the conversation at PATH; returns the facts it showed."""
     conv = next(c for c in beam.iter_beam(path) if isinstance(c, beam.Conversation))
     rev = show_revision(conn, echo, conv)
@@ -123,6 +169,5 @@ def run(conn: psycopg.Connection, dsn: str, echo: Echo = print, path: Path = EXA
     res = show_load(conn, echo, path)
     show_embed(conn, echo)
     show_recall(conn, echo, res, dsn)
-    if extraction is not None:
-        extraction(conn, echo, res)
+    show_extraction(conn, echo, res, dsn, provider_config)
     return {"revision_id": rev, "chunks": res.chunks}
