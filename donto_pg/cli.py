@@ -349,6 +349,21 @@ def extract(
 
 
 @app.command()
+def dashboard(
+    port: Annotated[int, typer.Option(
+        min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")] = 8765,
+    eval_json: Annotated[str | None, typer.Option(
+        "--eval-json", help="Report from `donto-pg eval recall --json > FILE` for the hit@k "
+                            "charts; re-read when it changes.")] = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """Serve the live quality dashboard on http://127.0.0.1:PORT/ (read-only; Ctrl-C stops)."""
+    from donto_pg import dashboard as dash
+
+    dash.run(dbmod.resolve_dsn(dsn), port, eval_json=eval_json, echo=typer.echo)
+
+
+@app.command()
 def demo(
     path: Annotated[str | None, typer.Argument(
         help="A BEAM conversation dir [default: the bundled examples/beam/chats/100K/13].")] = None,

@@ -4,7 +4,8 @@
 #   1. PL/Python for PostgreSQL 15            (apt: postgresql-plpython3-15)
 #   2. pgvector 0.8 built from Debian's source package (trixie deb-src),
 #      because bookworm packages it for PostgreSQL 15 only from 0.5.
-#   3. .venv with torch 2.13.0 (CPU) first, then donto-pg with its dev tools.
+#   3. Debian's Chromium + chromedriver (the dashboard's browser test).
+#   4. .venv with torch 2.13.0 (CPU) first, then donto-pg with its dev tools.
 #
 # Each step leaves a stamp (or checks the real thing) so that a second run
 # does nothing slow. Needs root for steps 1-2 (it skips them when they are
@@ -75,6 +76,9 @@ if ! ls "$sharedir"/extension/vector--0.8*.sql >/dev/null 2>&1 || [ ! -f "$pkgli
     )
     rm -rf "$work"
 fi
+
+# --- 2b. Chromium, for the dashboard's browser test ------------------------
+bash scripts/install-chromium.sh >/dev/null || log "warning: no Chromium: the dashboard browser test will fail (run scripts/install-chromium.sh as root)"
 
 # --- 3. virtualenv ----------------------------------------------------------
 if [ ! -x .venv/bin/python ]; then

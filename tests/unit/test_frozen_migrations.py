@@ -1,0 +1,31 @@
+"""Released migrations are frozen: migrations/SHA256SUMS pins each released file.
+
+Releasing: `cd migrations && sha256sum [0-9]*.sql > SHA256SUMS` (after review).
+A change to a released migration is a new migration file, never an edit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from donto_pg import migrate
+
+
+def released() -> list[tuple[str, str]]:
+    sums = migrate.MIGRATIONS_DIR / "SHA256SUMS"
+    rows = [line.split() for line in sums.read_text().splitlines() if line.strip()]
+    return [(name, sha) for sha, name in rows]
+
+
+def test_released_migrations_are_unchanged():
+    for name, sha in released():
+        path = migrate.MIGRATIONS_DIR / name
+        assert path.exists(), f"released migration {name} was removed"
+        got = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert got == sha, f"released migration {name} was edited: add a new migration instead"
+
+
+def test_released_migrations_are_the_oldest_ones():
+    names = [m.name for m in migrate.migrations()]
+    rel = [n for n, _ in released()]
+    assert rel == names[:len(rel)], "SHA256SUMS must list the first migrations, in order"
