@@ -348,6 +348,87 @@ def extract(
         raise typer.Exit(1)
 
 
+# -- measurement: A/B gate, session summaries ------------------------------------------------
+
+ProviderConfigOpt = Annotated[str | None, typer.Option(
+    help="TOML file of LLM providers [default: the offline baseline / extractive].")]
+
+
+@app.command()
+def ab(
+    holdout: Annotated[list[str] | None, typer.Option(
+        help="Holdout conversation, e.g. 100K/1 (repeatable) [default: a stratified pick].")
+    ] = None,
+    holdout_size: Annotated[int, typer.Option(min=2, help="Size of an automatic holdout.")] = 2,
+    arm: Annotated[list[str] | None, typer.Option(
+        help="NAME=STRATEGY:PARAMS, e.g. fixed1200=fixed:window=1200, semantic=semantic:, "
+             "semantic3k=semantic:cap=3000 (repeatable) [default: those three].")] = None,
+    provider_config: ProviderConfigOpt = None,
+    k: Annotated[int, typer.Option(min=1, help="Recall hit@k for the gate.")] = 10,
+    model: Annotated[str | None, typer.Option(help="Embedding model.")] = None,
+    recall_arm: Annotated[str, typer.Option(help="vector, lexical or hybrid.")] = "hybrid",
+    concurrency: Annotated[int, typer.Option(min=1)] = 4,
+    alarm_after: Annotated[int, typer.Option(min=0, help="Blocks before the live alarm.")] = 50,
+    reject_injection: Annotated[float, typer.Option(help="Early reject above this.")] = 0.02,
+    reject_anchor: Annotated[float, typer.Option(help="Early reject below this.")] = 0.4,
+    max_injection: Annotated[float, typer.Option(help="Commit needs at most this.")] = 0.02,
+    min_anchor: Annotated[float, typer.Option(help="Commit needs at least this.")] = 0.55,
+    min_hypothesis: Annotated[float, typer.Option(help="'re-prompt' at or above this.")] = 0.5,
+    max_zero_fact: Annotated[float, typer.Option(help="'re-chunk' above this.")] = 0.5,
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Gate competing chunkings on a stratified holdout before spending a full run.
+
+    Each arm re-chunks only the holdout into ctx:measure/<arm>/..., extracts once,
+    is rejected early on injection or anchor rate, and survivors are scored by recall
+    hit@k against projection A's fixed 1,200-char windows in the same run. The verdict
+    per arm (commit / re-prompt / re-chunk / reject) is computed in SQL by donto.ab_verdict.
+    """
+    from donto_pg import ab as abmod
+    from donto_pg.llm import ProviderPool
+
+    url = dbmod.resolve_dsn(dsn)
+
+    def event(e: dict) -> None:
+        if not as_json:
+            typer.echo(json.dumps(e, default=str), err=True)
+
+    report = abmod.run_ab(
+        lambda: dbmod.connect(url), holdout=holdout, holdout_size=holdout_size,
+        arms=arm or abmod.DEFAULT_ARMS,
+        providers=ProviderPool.from_config(provider_config) if provider_config else None,
+        k=k, model=model, recall_arm=recall_arm, concurrency=concurrency,
+        alarm_after=alarm_after, reject_injection=reject_injection, reject_anchor=reject_anchor,
+        max_injection=max_injection, min_anchor=min_anchor, min_hypothesis=min_hypothesis,
+        max_zero_fact=max_zero_fact, on_event=event)
+    out(report, as_json, abmod.format_ab(report))
+
+
+@app.command()
+def summarize(
+    conversation: ConversationOpt = None,
+    revision: RevisionOpt = None,
+    provider_config: ProviderConfigOpt = None,
+    model: Annotated[str | None, typer.Option(help="Embedding model.")] = None,
+    max_chars: Annotated[int, typer.Option(min=100, help="Longest summary.")] = 1000,
+    no_embed: Annotated[bool, typer.Option("--no-embed", help="Do not embed them.")] = False,
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One summary per session (abstractive with a provider, else extractive and labelled so),
+    embedded as a coarse recall key (donto.recall_summaries; never mixed into donto.recall)."""
+    from donto_pg import summaries
+    from donto_pg.llm import ProviderPool
+
+    with dbmod.connect(dsn) as conn:
+        report = summaries.summarize_sessions(
+            conn, revision_ids=revision, conversations=conversation,
+            providers=ProviderPool.from_config(provider_config) if provider_config else None,
+            model=model, max_chars=max_chars, embed=not no_embed)
+    out(report, as_json)
+
+
 @app.command()
 def dashboard(
     port: Annotated[int, typer.Option(

@@ -47,6 +47,7 @@ begin
               and p.prokind = 'f'
               and (p.provolatile <> 'v'
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
+                                    'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor'))
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
