@@ -222,6 +222,18 @@ comment on table donto.probe_question is
 
 insert into donto.migration (name, sha256) values ('003-questions.sql', '6ae9835d6d06efee1a1be675c71c761d4065482108d350ec984d83350a920da1');
 
+-- migrations/004-recall-index.sql
+-- 004: recall finds the user turn before a chunk by position (exchange folding).
+
+create index turn_revision_header_idx on donto.turn (revision_id, header_start);
+
+comment on index donto.turn_revision_header_idx is
+'Turns by position in their revision: donto.recall_by_vector looks up the user turn that opens '
+'the exchange of a chunk.';
+
+
+insert into donto.migration (name, sha256) values ('004-recall-index.sql', '9ebb2118bc42c240289dca29b86e51b1a1c823da25fd82e39963eaf241a09ae2');
+
 -- migrations/005-extraction.sql
 -- 005: projection B (extraction): blocks, prompt templates, runs and their
 -- events, raw responses, claims with their evidence links.
@@ -365,6 +377,116 @@ comment on table donto.evidence_link is
 
 
 insert into donto.migration (name, sha256) values ('005-extraction.sql', 'd9e666cff2a3efbffe0195cc3473e0dd595670e4164c1ba29d8ba84a5e76f33d');
+
+-- migrations/006-ab.sql
+-- 006: the A/B gate of chunking strategies (donto-pg ab) and the session-summary
+-- recall arm. Append-only like every fact table (I3): an arm's units, a gate's
+-- baseline and every measured result are new rows, never updates.
+
+create table donto.ab_arm (
+    arm_id bigint generated always as identity primary key,
+    name text not null unique check (name ~ '^[a-z0-9][a-z0-9_.-]*$'),
+    strategy text not null check (strategy in ('fixed', 'semantic')),
+    params jsonb not null check (pg_catalog.jsonb_typeof(params) = 'object'),
+    spec text not null,
+    created_at timestamptz not null default now()
+);
+
+create table donto.ab_unit (
+    statement_id bigint primary key references donto.statement,
+    arm_id bigint not null references donto.ab_arm,
+    block_id bigint not null unique references donto.extraction_block,
+    revision_id bigint not null references donto.revision,
+    char_start integer not null,
+    char_end integer not null,
+    tsv tsvector not null,
+    check (0 <= char_start and char_start < char_end)
+);
+
+create index ab_unit_arm_idx on donto.ab_unit (arm_id, revision_id);
+create index ab_unit_tsv_idx on donto.ab_unit using gin (tsv);
+
+create table donto.ab_gate (
+    gate_id bigint generated always as identity primary key,
+    gate_key text not null unique,
+    revisions bigint[] not null check (pg_catalog.cardinality(revisions) > 0),
+    holdout jsonb not null check (pg_catalog.jsonb_typeof(holdout) = 'array'),
+    k integer not null check (k >= 1),
+    model_id integer not null references donto.embedding_model,
+    recall_arm text not null check (recall_arm in ('vector', 'lexical', 'hybrid')),
+    questions integer not null check (questions >= 0),
+    created_at timestamptz not null default now()
+);
+
+create table donto.ab_baseline (
+    baseline_id bigint generated always as identity primary key,
+    gate_id bigint not null unique references donto.ab_gate,
+    hit double precision not null check (hit >= 0 and hit <= 1),
+    measure jsonb not null check (pg_catalog.jsonb_typeof(measure) = 'object'),
+    created_at timestamptz not null default now()
+);
+
+create table donto.ab_result (
+    result_id bigint generated always as identity primary key,
+    result_key text not null unique,
+    gate_id bigint not null references donto.ab_gate,
+    arm_id bigint not null references donto.ab_arm,
+    run_id bigint not null references donto.extraction_run,
+    stage text not null check (stage in ('measured', 'rejected', 'incomplete')),
+    units integer not null check (units >= 0),
+    quality jsonb not null check (pg_catalog.jsonb_typeof(quality) = 'object'),
+    stop_reason text,
+    recall jsonb,
+    created_at timestamptz not null default now(),
+    check ((stage = 'measured') = (recall is not null)),
+    check (stage = 'measured' or stop_reason is not null)
+);
+
+create index ab_result_gate_arm_idx on donto.ab_result (gate_id, arm_id, result_id);
+
+create table donto.x_session_summary (
+    statement_id bigint primary key references donto.statement,
+    revision_id bigint not null references donto.revision,
+    session integer not null,
+    method text not null check (method in ('extractive', 'abstractive')),
+    summarizer text not null check (btrim(summarizer) <> ''),
+    seq_first integer not null,
+    seq_last integer not null,
+    turn_first integer,
+    turn_last integer,
+    char_start integer not null,
+    char_end integer not null,
+    tsv tsvector not null,
+    unique (revision_id, session, summarizer),
+    check (seq_first <= seq_last),
+    check (0 <= char_start and char_start < char_end)
+);
+
+create index x_session_summary_revision_idx on donto.x_session_summary (revision_id, session);
+create index x_session_summary_tsv_idx on donto.x_session_summary using gin (tsv);
+
+comment on table donto.ab_arm is
+'A/B arms: a chunking strategy (fixed windows or the turn-coherent segmenter) with its '
+'effective parameters under a unique name; its units live in contexts ctx:measure/<name>/...';
+comment on table donto.ab_unit is
+'The units of an A/B arm: one extraction block (projection of strategy ab/...) and the '
+'mem:measure/unit statement that is its recall key, with the span and its full-text vector.';
+comment on table donto.ab_gate is
+'One A/B holdout: its revisions and why each was chosen, k, the embedding model, the recall '
+'arm and the number of gold questions.';
+comment on table donto.ab_baseline is
+'The fixed-1,200 recall baseline of a gate (projection A, live, through donto.recall): hit@k '
+'and its measure per ability; measured once, when the first arm survives to a recall pass.';
+comment on table donto.ab_result is
+'The measurement of one arm on one gate (holdout) with one extraction run: metrics 1-4 '
+'(quality), stage (measured, rejected before the recall pass, incomplete), why it stopped, '
+'and recall hit@k when measured. Verdicts: donto.ab_verdict.';
+comment on table donto.x_session_summary is
+'Session-summary recall keys: one mem:summary/session statement per (revision, session, '
+'summarizer), extractive or abstractive, spanning the session''s turns.';
+
+
+insert into donto.migration (name, sha256) values ('006-ab.sql', '54a1cf7080395a9aa3b063a119d83262a83188d85abc6d8cbb2752798e7c926e');
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
@@ -795,6 +917,8 @@ Projection A: cut revision REV_ID into line-respecting windows of WINDOW_CHARS
 (zero overlap) and record each as a statement (mem:episodic/chunk,
 object_lit {v: text, dt: date of its first turn}, valid_time from its turns'
 dates) with its donto.x_memory_record. Returns the number of chunks.
+The record's full-text vector holds every word with weight D and the words of
+user turns once more with weight A (see donto._recall_lexical).
 Idempotent: a second call with the same arguments returns the existing count.
 */
 declare
@@ -852,14 +976,43 @@ begin
     from _donto_windows as w
     order by w.chunk_index;
 
+    -- The user's own words in each window (the content of user turns, cut to the
+    -- window), for the speaker-weighted full-text vector below.
+    create index _donto_windows_span on _donto_windows
+    using gist (pg_catalog.int4range(char_start, char_end));
+    analyze _donto_windows;
+    create temp table _donto_user_text on commit drop as
+    select
+        w.chunk_index,
+        pg_catalog.string_agg(
+            pg_catalog.substr(
+                w.chunk_text,
+                greatest(t.char_start, w.char_start) - w.char_start + 1,
+                least(t.char_end, w.char_end) - greatest(t.char_start, w.char_start)
+            ),
+            ' ' order by t.seq
+        ) as user_text
+    from donto.turn as t
+    inner join _donto_windows as w
+        on pg_catalog.int4range(w.char_start, w.char_end)
+        && pg_catalog.int4range(t.char_start, t.char_end)
+    where t.revision_id = rev_id and t.role = 'user'
+    group by w.chunk_index;
+
+    -- tsv: every word with weight D, and the user's words once more with weight A,
+    -- so that recall's lexical arm can rank the user's own statements higher.
     insert into donto.x_memory_record (
         statement_id, projection_id, revision_id, chunk_index, char_start, char_end, tsv
     )
     select w.sid, v_proj, rev_id, w.chunk_index, w.char_start, w.char_end,
-           pg_catalog.to_tsvector('pg_catalog.english', w.chunk_text)
+           pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', w.chunk_text), 'D')
+           || pg_catalog.setweight(
+               pg_catalog.to_tsvector('pg_catalog.english', coalesce(u.user_text, '')), 'A')
     from _donto_windows as w
+    left join _donto_user_text as u on w.chunk_index = u.chunk_index
     order by w.chunk_index;
     get diagnostics v_n = row_count;
+    drop table _donto_user_text;
     drop table _donto_windows;
     return v_n;
 end;
@@ -939,6 +1092,152 @@ $py$;
 comment on function donto.embed_query(text, text) is
 'Embed a text inside the database with a sentence-transformers model (cached per backend).';
 
+create or replace function donto._recall_setting(p_name text, p_default text)
+returns text
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The session setting donto.<P_NAME> (SET donto.recall_rrf_k = 20), or P_DEFAULT. */
+    select coalesce(
+        nullif(pg_catalog.current_setting('donto.' || p_name, true), ''), p_default
+    );
+$$;
+
+comment on function donto._recall_setting(text, text) is
+'A recall tuning setting (custom GUC donto.<name>) or its default.';
+
+create or replace function donto._recall_lexical(
+    p_query text, p_context_id bigint, p_as_of timestamptz, p_pool integer
+)
+returns table (statement_id bigint, score double precision)
+language plpgsql
+stable
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+The lexical arm of donto.recall: the top P_POOL recall chunks of context
+P_CONTEXT_ID (null: every context) for P_QUERY, BM25-like.
+
+Query lexemes: to_tsvector('english', query) (stop words removed, stemmed).
+Each lexeme t weighs idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)), where N is
+the number of chunks and df the number holding t, in the searched context(s).
+A chunk scores sum over t of idf(t) * ts_rank(W, tsv, t, 1): ts_rank
+saturates with the term's frequency, and with W = donto.recall_lexical_weights
+(default {0.1,0.2,0.4,1.0}, the weights of D, C, B, A) the user's own words
+(weight A, see donto.project_recall) count ten times the rest (D); the score is
+divided by 1 + log(chunk length).
+
+Scale: df is counted exactly up to 2,000 chunks; a more frequent lexeme takes
+the planner's estimate (pg_stats most_common_elems of x_memory_record.tsv, if
+analysed). Candidates are the chunks holding one of the most selective lexemes,
+taken rarest first while their df add up to at most the setting
+donto.recall_lexical_budget (default 20,000; at least the rarest lexeme, then at
+most that many chunks). On a conversation of a few thousand chunks that is
+every chunk holding any query lexeme: the ranking is exact.
+*/
+#variable_conflict use_column
+declare
+    v_budget integer := donto._recall_setting('recall_lexical_budget', '20000')::integer;
+    v_weights float4[] := donto._recall_setting(
+        'recall_lexical_weights', '{0.1,0.2,0.4,1.0}')::float4[];
+    v_cap constant integer := 2000;
+    v_projs bigint[];
+    v_n double precision;
+    v_terms text[] := '{}';
+    v_tqs tsquery[] := '{}';
+    v_idfs double precision[] := '{}';
+    v_dfs double precision[] := '{}';
+    v_sel tsquery;
+    v_used bigint := 0;
+    v_df double precision;
+    r record;
+begin
+    select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
+    from donto.projection as p
+    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id);
+    if v_projs is null then
+        return;
+    end if;
+    select coalesce(pg_catalog.sum(x.n), 0) into v_n
+    from pg_catalog.unnest(v_projs) as pr (id)
+    cross join lateral (
+        select pg_catalog.max(m.chunk_index) + 1 as n
+        from donto.x_memory_record as m where m.projection_id = pr.id
+    ) as x;
+    if v_n = 0 then
+        return;
+    end if;
+
+    for r in
+        select q.t, pg_catalog.quote_literal(q.t)::tsquery as tq
+        from (select distinct u.lexeme as t
+              from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
+        ) as q
+    loop
+        select pg_catalog.count(*) into v_df
+        from (select 1 from donto.x_memory_record as m
+              where m.tsv @@ r.tq and m.projection_id = any(v_projs)
+              limit v_cap) as c;
+        if v_df >= v_cap then
+            select greatest(v_cap, f.freq * v_n) into v_df
+            from pg_catalog.pg_stats as st
+            cross join lateral unnest(
+                st.most_common_elems::text::text[], st.most_common_elem_freqs
+            ) as f (elem, freq)
+            where st.schemaname = 'donto' and st.tablename = 'x_memory_record'
+                  and st.attname = 'tsv' and f.elem = r.t;
+            v_df := coalesce(v_df, v_cap);
+        end if;
+        continue when v_df = 0;
+        v_terms := v_terms || r.t;
+        v_tqs := v_tqs || r.tq;
+        v_idfs := v_idfs || pg_catalog.ln(1 + (v_n - v_df + 0.5) / (v_df + 0.5));
+        v_dfs := v_dfs || v_df;
+    end loop;
+    if pg_catalog.cardinality(v_terms) = 0 then
+        return;
+    end if;
+    -- Candidate lexemes: the most selective first, within the budget.
+    for r in
+        select t.tq, t.df from unnest(v_tqs, v_dfs) as t (tq, df)
+        order by t.df, t.tq::text
+    loop
+        exit when v_sel is not null and v_used + r.df > v_budget;
+        v_sel := case when v_sel is null then r.tq else v_sel || r.tq end;
+        v_used := v_used + r.df::bigint;
+    end loop;
+
+    return query
+    select c.statement_id, c.score
+    from (
+        select
+            m.statement_id,
+            (select pg_catalog.sum(t.idf * pg_catalog.ts_rank(v_weights, m.tsv, t.tq, 1))
+             from unnest(v_tqs, v_idfs) as t (tq, idf))::float8 as score
+        from (
+            select m0.statement_id, m0.tsv
+            from donto.x_memory_record as m0
+            where m0.tsv @@ v_sel and m0.projection_id = any(v_projs)
+            limit v_budget
+        ) as m
+        inner join donto.statement as s on m.statement_id = s.statement_id
+        where (p_as_of is null or s.tx_from <= p_as_of)
+              and not exists (
+                  select 1 from donto.retraction as rt
+                  where rt.statement_id = m.statement_id
+                        and (p_as_of is null or rt.tx_from <= p_as_of))
+    ) as c
+    order by c.score desc, c.statement_id
+    limit p_pool;
+end;
+$$;
+
+comment on function donto._recall_lexical(text, bigint, timestamptz, integer) is
+'Lexical arm of donto.recall: BM25-like (idf x saturating ts_rank, user words weighted up), '
+'exact on conversations, budgeted on very large contexts.';
+
 create or replace function donto.recall_by_vector(
     embedding vector,
     query text default null,
@@ -960,25 +1259,60 @@ set search_path to pg_catalog, public, pg_temp
 as $$
 /*
 Top-K recall chunks for a query vector (and its text, for the lexical arm).
-ARMS: 'vector', 'lexical' or 'hybrid' (reciprocal rank fusion, k = 60).
-Ties in the fused score go to the later valid time (latest value wins).
-CONTEXT limits to one context IRI; AS_OF to what the database knew then.
+
+ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates
+(default max(10 k, 100)): the vector arm by cosine distance (an exact scan when
+the searched chunks are at most donto.recall_exact_max, default 50,000; above
+that HNSW with iterative scans, so filters never return fewer than k rows), the
+lexical arm by donto._recall_lexical.
+
+Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
+turns it off): a candidate chunk stands for its exchange, the latest user turn
+that starts before the chunk ends and the reply after it, and is replaced by
+the chunk holding that user turn (the user's own words). Each arm ranks the
+exchanges by their best chunk; the ranks are fused by reciprocal rank fusion,
+score = 1 / (K + vector rank) + 1 / (K + lexical rank), K =
+donto.recall_rrf_k (default 10). When the candidates hold fewer than k
+exchanges, the candidate chunks themselves (fused the same way) follow them.
+Chunks overlapping a better one of the same revision (several projections in a
+context, or a chunk already returned) are left out. Ties in the score go to the
+later valid time (latest value wins), then to the later statement.
+
+CONTEXT limits to one context IRI; AS_OF to what the database knew then
+(statements recorded by then, not retracted by then). VECTOR_RANK and
+LEXICAL_RANK are the arms' ranks of the returned exchange (or chunk).
 */
 #variable_conflict use_column
 declare
     v_model integer;
     v_dim integer;
     v_ctx bigint;
-    v_pool integer := coalesce(pool, greatest(k * 5, 50));
-    v_exact boolean := false;
-    v_tq tsquery;
+    v_pool integer := coalesce(pool, greatest(k * 10, 100));
+    v_exact boolean := true;
+    v_exact_max bigint := donto._recall_setting('recall_exact_max', '50000')::bigint;
+    v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
+    v_unit text := donto._recall_setting('recall_unit', 'exchange');
+    v_n bigint;
+    v_rows integer := 0;
+    v_kept int8range[] := '{}';
+    v_kept_rev bigint[] := '{}';
+    v_span int8range;
+    v_clash boolean;
+    r record;
 begin
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
-    if arms not in ('vector', 'lexical', 'hybrid') then
+    if v_pool < k then
+        raise exception 'donto.recall: pool (%) must be >= k (%)', v_pool, k using errcode = '22023';
+    end if;
+    if arms is null or arms not in ('vector', 'lexical', 'hybrid') then
         raise exception 'donto.recall: arms must be vector, lexical or hybrid, not %', arms
             using errcode = '22023';
+    end if;
+    if v_unit not in ('exchange', 'chunk') then
+        raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
+            v_unit using errcode = '22023';
     end if;
     if context is not null then
         select c.context_id into v_ctx from donto.context as c where c.iri = context;
@@ -1002,98 +1336,156 @@ begin
             raise exception 'donto.recall: query vector has % dimensions, the model %',
                 vector_dims(embedding), v_dim using errcode = '22023';
         end if;
-        -- A small context is searched exactly; a large one through HNSW, with
-        -- iterative scans so that filtering never returns fewer than k rows.
-        if v_ctx is not null then
-            v_exact := (select pg_catalog.count(*) from donto.statement as s
-                        where s.context_id = v_ctx and s.predicate = 'mem:episodic/chunk')
-                       <= 50000;
-        end if;
+        -- How many chunks are searched (from the projections' chunk counts: an
+        -- index probe each). Few: an exact scan. Many: HNSW, with iterative
+        -- scans so that filtering never returns fewer than k rows.
+        select coalesce(pg_catalog.sum(x.n), 0) into v_n
+        from donto.projection as p
+        cross join lateral (
+            select pg_catalog.max(m.chunk_index) + 1 as n
+            from donto.x_memory_record as m where m.projection_id = p.projection_id
+        ) as x
+        where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
+        v_exact := v_n <= v_exact_max;
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
-        perform pg_catalog.set_config('hnsw.ef_search', greatest(100, v_pool)::text, true);
-    end if;
-    if arms <> 'vector' and query is not null then
-        select pg_catalog.string_agg(pg_catalog.quote_literal(l), ' | ')::tsquery into v_tq
-        from pg_catalog.unnest(
-            pg_catalog.tsvector_to_array(pg_catalog.to_tsvector('pg_catalog.english', query))
-        ) as l;
+        perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(100, v_pool))::text,
+                                      true);
     end if;
 
-    create temp table if not exists _donto_vec (statement_id bigint, r integer) on commit drop;
-    create temp table if not exists _donto_lex (statement_id bigint, r integer) on commit drop;
-    truncate _donto_vec;
-    truncate _donto_lex;
-
-    if arms <> 'lexical' then
-        execute pg_catalog.format($q$
-            insert into _donto_vec
-            select c.statement_id, pg_catalog.row_number() over (order by c.d)
+    for r in execute pg_catalog.format($q$
+        with vec as (
+            select c.statement_id, pg_catalog.row_number() over (order by c.d, c.statement_id) as r
             from (
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
-                inner join donto.statement as s on s.statement_id = e.statement_id
-                where e.model_id = %3$s
+                inner join donto.statement as s on e.statement_id = s.statement_id
+                where $5 and e.model_id = %3$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
                       and not exists (
-                          select 1 from donto.retraction as r
-                          where r.statement_id = s.statement_id
-                                and ($3::timestamptz is null or r.tx_from <= $3))
+                          select 1 from donto.retraction as rt
+                          where rt.statement_id = s.statement_id
+                                and ($3::timestamptz is null or rt.tx_from <= $3))
                 order by ((e.embedding::vector(%1$s)) <=> $1) %2$s
                 limit $4
-            ) as c $q$,
-            v_dim,
-            -- "+ 0" hides the expression from the HNSW index: an exact scan.
-            case when v_exact then '+ 0' else '' end,
-            v_model)
-        using embedding, v_ctx, as_of, v_pool;
-    end if;
-
-    if v_tq is not null then
-        insert into _donto_lex
-        select c.statement_id, pg_catalog.row_number() over (order by c.rank desc, c.statement_id)
-        from (
-            select m.statement_id, pg_catalog.ts_rank_cd(m.tsv, v_tq, 1) as rank
-            from donto.x_memory_record as m
-            inner join donto.statement as s on s.statement_id = m.statement_id
-            where m.tsv @@ v_tq
-                  and (v_ctx is null or s.context_id = v_ctx)
-                  and (as_of is null or s.tx_from <= as_of)
-                  and not exists (
-                      select 1 from donto.retraction as r
-                      where r.statement_id = s.statement_id
-                            and (as_of is null or r.tx_from <= as_of))
-            order by rank desc, m.statement_id
-            limit v_pool
-        ) as c;
-    end if;
-
-    return query
-    select
-        s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
-        s.object_lit ->> 'v', s.valid_time,
-        f.score, f.vr::integer, f.lr::integer
-    from (
+            ) as c
+        ),
+        lex as (
+            select l.statement_id,
+                   pg_catalog.row_number() over (order by l.score desc, l.statement_id) as r
+            from donto._recall_lexical($6, $2, $3, $4) as l
+            where $7
+        ),
+        cand as (
+            select coalesce(v.statement_id, l.statement_id) as statement_id, v.r as vr, l.r as lr
+            from vec as v full outer join lex as l on v.statement_id = l.statement_id
+        ),
+        folded as (
+            select coalesce(hs.statement_id, c.statement_id) as unit_id, c.vr, c.lr
+            from cand as c
+            inner join donto.x_memory_record as m on c.statement_id = m.statement_id
+            left join lateral (
+                select t.header_start from donto.turn as t
+                where $8 and t.revision_id = m.revision_id and t.role = 'user'
+                      and t.header_start < m.char_end
+                order by t.header_start desc
+                limit 1
+            ) as ut on true
+            left join lateral (
+                select hm.statement_id from donto.x_memory_record as hm
+                where hm.revision_id = m.revision_id and hm.projection_id = m.projection_id
+                      and hm.char_start <= ut.header_start
+                order by hm.char_start desc
+                limit 1
+            ) as hm on true
+            left join donto.statement as hs
+                on hm.statement_id = hs.statement_id
+                   and ($3::timestamptz is null or hs.tx_from <= $3)
+                   and not exists (
+                       select 1 from donto.retraction as rt
+                       where rt.statement_id = hs.statement_id
+                             and ($3::timestamptz is null or rt.tx_from <= $3))
+        ),
+        units as (
+            select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr
+            from folded as f group by f.unit_id
+        ),
+        ranked as (
+            select
+                u.unit_id,
+                case when u.vr is not null then pg_catalog.row_number() over (
+                    partition by u.vr is null order by u.vr, u.unit_id) end as vr,
+                case when u.lr is not null then pg_catalog.row_number() over (
+                    partition by u.lr is null order by u.lr, u.unit_id) end as lr
+            from units as u
+        ),
+        tiers as (
+            -- tier 0: the exchanges (or chunks); tier 1, only when folding: the
+            -- candidate chunks themselves, to fill up to k rows when a context
+            -- has fewer exchanges than k.
+            select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr from ranked
+            union all
+            select 1 as tier, cand.statement_id, cand.vr, cand.lr from cand where $8
+        )
         select
-            coalesce(v.statement_id, l.statement_id) as statement_id,
-            (coalesce(1.0 / (60 + v.r), 0) + coalesce(1.0 / (60 + l.r), 0))::float8 as score,
-            v.r as vr, l.r as lr
-        from _donto_vec as v full outer join _donto_lex as l using (statement_id)
-    ) as f
-    inner join donto.statement as s on s.statement_id = f.statement_id
-    order by pg_catalog.round(f.score::numeric, 6) desc,
-             pg_catalog.upper(s.valid_time) desc nulls last,
-             s.statement_id desc
-    limit k;
+            s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
+            s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
+            q.vr::integer as vr, q.lr::integer as lr
+        from (
+            select
+                tiers.tier, tiers.unit_id, tiers.vr, tiers.lr,
+                (coalesce(1.0 / ($9 + tiers.vr), 0)
+                 + coalesce(1.0 / ($9 + tiers.lr), 0))::float8 as score
+            from tiers
+        ) as q
+        inner join donto.statement as s on q.unit_id = s.statement_id
+        order by q.tier,
+                 pg_catalog.round(q.score::numeric, 9) desc,
+                 pg_catalog.upper(s.valid_time) desc nulls last,
+                 s.statement_id desc
+        $q$,
+        coalesce(v_dim, 1),
+        -- "+ 0" hides the expression from the HNSW index: an exact scan.
+        case when v_exact then '+ 0' else '' end,
+        coalesce(v_model, 0))
+    using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
+          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k
+    loop
+        -- Leave out a chunk that overlaps a better one of the same revision.
+        v_span := pg_catalog.int8range(r.char_start, r.char_end);
+        v_clash := false;
+        for i in 1 .. pg_catalog.cardinality(v_kept) loop
+            if v_kept_rev[i] = r.derived_from_revision and v_kept[i] && v_span then
+                v_clash := true;
+                exit;
+            end if;
+        end loop;
+        continue when v_clash;
+        v_kept := v_kept || v_span;
+        v_kept_rev := v_kept_rev || r.derived_from_revision;
+        statement_id := r.statement_id;
+        revision_id := r.derived_from_revision;
+        char_start := r.char_start;
+        char_end := r.char_end;
+        chunk_text := r.chunk_text;
+        valid_time := r.valid_time;
+        score := r.score;
+        vector_rank := r.vr;
+        lexical_rank := r.lr;
+        return next;
+        v_rows := v_rows + 1;
+        exit when v_rows >= k;
+    end loop;
 end;
 $$;
 
 comment on function donto.recall_by_vector(
     vector, text, integer, text, timestamptz, text, text, integer
 ) is
-'Recall for clients that embed themselves: vector (HNSW/exact) + lexical (full text) arms, '
-'reciprocal rank fusion, latest valid time wins ties.';
+'Recall for clients that embed themselves: vector (exact or HNSW) and lexical (BM25-like, '
+'user words weighted up) arms, folded to exchanges, reciprocal rank fusion (K = 10), '
+'overlaps left out, latest valid time wins ties.';
 
 create or replace function donto.recall(
     query text,
@@ -2236,6 +2628,1176 @@ comment on view donto.claim_provenance is
 'transaction time and the overlapping recall chunks.';
 
 
+-- sql/075-ab.sql
+-- The A/B gate of chunking strategies (donto-pg ab, donto_pg/ab.py) and the
+-- session-summary recall arm (donto_pg/summaries.py).
+--
+-- An arm re-chunks ONLY a holdout into contexts of its own, ctx:measure/<arm>/<doc>:
+-- its units are extraction blocks of a projection whose strategy starts with 'ab/'
+-- (so the live extractor, whose pending blocks are strategy 'turn-coherent-v1',
+-- never sees them) and mem:measure/unit statements as their recall keys (so
+-- donto.recall, which reads mem:episodic/chunk, never returns them). Projection A and
+-- the live claims contexts are never written. Everything is append-only (I3).
+
+create or replace function donto.measure_context_iri(p_arm text, p_document_iri text)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* ctx:measure/<arm>/<scheme>/<rest> for an arm and a document IRI <scheme>:<rest>. */
+    select 'ctx:measure/' || p_arm || '/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
+$$;
+
+comment on function donto.measure_context_iri(text, text) is
+'The context of an A/B arm''s units for a document: (semantic, beam:100K/1) -> '
+'ctx:measure/semantic/beam/100K/1. Immutable, security invoker.';
+
+create or replace function donto.summary_context_iri(p_document_iri text)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* ctx:memory/summary/<scheme>/<rest> for a document IRI <scheme>:<rest>. */
+    select 'ctx:memory/summary/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
+$$;
+
+comment on function donto.summary_context_iri(text) is
+'The session-summary context of a document: beam:100K/1 -> ctx:memory/summary/beam/100K/1. '
+'Immutable, security invoker.';
+
+-- -- arms and their units -------------------------------------------------------------
+
+create or replace function donto.ab_register_arm(
+    p_name text, p_strategy text, p_params jsonb default '{}', p_spec text default null
+)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Register the A/B arm P_NAME: strategy 'fixed' (fixed line-respecting windows used as
+extraction units; params {window}, default 1,200) or 'semantic' (the segmenter of
+donto.project_extraction; params as there, defaults filled in). Idempotent: the same
+name with the same effective parameters returns the existing arm; a name already used
+for other parameters is refused (its contexts would mix two cuts).
+*/
+declare
+    v_params jsonb;
+    v_id bigint;
+    v_have record;
+    v_bad text;
+begin
+    if p_name is null or p_name !~ '^[a-z0-9][a-z0-9_.-]*$' or p_name in ('chunkqual', 'summary')
+    then
+        raise exception 'donto.ab_register_arm: bad arm name % (lower-case letters, digits, '
+            '_ . -; not chunkqual or summary)', coalesce(p_name, 'null') using errcode = '22023';
+    end if;
+    if p_strategy = 'semantic' then
+        v_params := donto._extraction_params(coalesce(p_params, '{}'));
+    elsif p_strategy = 'fixed' then
+        select pg_catalog.string_agg(k.key, ', ') into v_bad
+        from pg_catalog.jsonb_object_keys(coalesce(p_params, '{}')) as k (key)
+        where k.key <> 'window';
+        if v_bad is not null then
+            raise exception 'donto.ab_register_arm: unknown fixed params % (known: window)', v_bad
+                using errcode = '22023';
+        end if;
+        v_params := pg_catalog.jsonb_build_object(
+            'window', coalesce(p_params -> 'window', '1200'::jsonb));
+        if pg_catalog.jsonb_typeof(v_params -> 'window') <> 'number'
+           or (v_params ->> 'window')::numeric <> pg_catalog.trunc((v_params ->> 'window')::numeric)
+           or (v_params ->> 'window')::numeric < 1 then
+            raise exception 'donto.ab_register_arm: window must be an integer >= 1, got %',
+                v_params -> 'window' using errcode = '22023';
+        end if;
+    else
+        raise exception 'donto.ab_register_arm: strategy must be fixed or semantic, not %',
+            coalesce(p_strategy, 'null') using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2070, pg_catalog.hashtext(p_name));
+    select a.arm_id, a.strategy, a.params into v_have from donto.ab_arm as a where a.name = p_name;
+    if found then
+        if v_have.strategy <> p_strategy or v_have.params <> v_params then
+            raise exception 'donto.ab_register_arm: arm % already means %:%, not %:%', p_name,
+                v_have.strategy, v_have.params, p_strategy, v_params
+                using errcode = '23505', hint = 'Give the new arm another name.';
+        end if;
+        return v_have.arm_id;
+    end if;
+    insert into donto.ab_arm (name, strategy, params, spec)
+    values (p_name, p_strategy, v_params,
+            coalesce(p_spec, p_name || '=' || p_strategy || ':' || v_params::text))
+    returning arm_id into v_id;
+    return v_id;
+end;
+$$;
+
+comment on function donto.ab_register_arm(text, text, jsonb, text) is
+'Register an A/B arm (name, strategy fixed|semantic, effective params); idempotent; a name '
+'is bound to one strategy and parameters. Volatile, security definer.';
+
+create or replace function donto._ab_fixed_blocks(rev_id bigint, window_chars integer)
+returns table (
+    seq integer, kind text, char_start integer, char_end integer, turns jsonb,
+    prefix_start integer, prefix_end integer, prefix_turn_seq integer, split boolean,
+    min_date date, max_date date
+)
+language plpython3u
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+from donto_pg import ab
+return ab.fixed_blocks_sql(plpy, rev_id, window_chars)
+$py$;
+
+comment on function donto._ab_fixed_blocks(bigint, integer) is
+'Fixed line-respecting windows of a revision (the spans of projection A) as extraction '
+'units: message content parts as metadata, kind by code fences, no inert prefix; windows '
+'holding no message content are left out (donto_pg.ab.fixed_block_rows). Stable, invoker.';
+
+create or replace function donto.ab_project_arm(p_arm text, p_revision_id bigint)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Cut revision P_REVISION_ID with arm P_ARM into its own context
+ctx:measure/<arm>/<document>: a projection of kind 'extraction' and strategy
+'ab/fixed-window' or 'ab/turn-coherent-v1' (params {arm, ...}), its extraction
+blocks, and one mem:measure/unit statement per block (the unit as a recall key,
+with donto.ab_unit). Returns the number of units. Idempotent per (arm, revision);
+projection A, the claims contexts and the live projection B are never touched.
+*/
+declare
+    v_arm donto.ab_arm;
+    v_doc bigint;
+    v_iri text;
+    v_ctx bigint;
+    v_proj bigint;
+    v_strategy text;
+    v_params jsonb;
+    v_n integer;
+begin
+    select a.* into v_arm from donto.ab_arm as a where a.name = p_arm;
+    if not found then
+        raise exception 'donto.ab_project_arm: no arm % (donto.ab_register_arm)', p_arm
+            using errcode = '22023';
+    end if;
+    select r.document_id, d.iri into v_doc, v_iri
+    from donto.revision as r inner join donto.document as d using (document_id)
+    where r.revision_id = p_revision_id;
+    if not found then
+        raise exception 'donto.ab_project_arm: no revision %', p_revision_id
+            using errcode = '22023';
+    end if;
+    v_strategy := case v_arm.strategy when 'fixed' then 'ab/fixed-window'
+                                      else 'ab/turn-coherent-v1' end;
+    v_params := pg_catalog.jsonb_build_object('arm', v_arm.name) || v_arm.params;
+    v_ctx := donto.ensure_context(donto.measure_context_iri(v_arm.name, v_iri), 'measure');
+    perform pg_catalog.pg_advisory_xact_lock(2071, p_revision_id::integer);
+
+    select p.projection_id into v_proj from donto.projection as p
+    where p.revision_id = p_revision_id and p.kind = 'extraction' and p.strategy = v_strategy
+          and p.params = v_params and p.context_id = v_ctx;
+    if found then
+        select pg_catalog.count(*)::integer into v_n
+        from donto.ab_unit as u inner join donto.extraction_block as b using (block_id)
+        where b.projection_id = v_proj;
+        return v_n;
+    end if;
+
+    insert into donto.projection (revision_id, kind, strategy, params, context_id)
+    values (p_revision_id, 'extraction', v_strategy, v_params, v_ctx)
+    returning projection_id into v_proj;
+
+    if v_arm.strategy = 'fixed' then
+        create temp table _donto_ab_blocks on commit drop as
+        select * from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer);
+    else
+        create temp table _donto_ab_blocks on commit drop as
+        select * from donto._extraction_blocks(p_revision_id, v_arm.params);
+    end if;
+
+    insert into donto.extraction_block (
+        projection_id, revision_id, seq, kind, char_start, char_end, turns,
+        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    )
+    select
+        v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+        case when b.min_date is null then '(,)'::daterange
+             else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+    from _donto_ab_blocks as b
+    order by b.seq;
+    drop table _donto_ab_blocks;
+
+    create temp table _donto_ab_units on commit drop as
+    select
+        b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
+        donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
+        pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id'))
+            as sid
+    from donto.extraction_block as b
+    where b.projection_id = v_proj;
+
+    insert into donto.statement (
+        statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
+        derived_from_revision, char_start, char_end
+    ) overriding system value
+    select
+        u.sid, 'block:' || u.block_id, 'mem:measure/unit',
+        pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id, 'seq', u.seq,
+                                      'kind', u.kind),
+        v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
+    from _donto_ab_units as u
+    order by u.seq;
+
+    insert into donto.ab_unit (
+        statement_id, arm_id, block_id, revision_id, char_start, char_end, tsv
+    )
+    select u.sid, v_arm.arm_id, u.block_id, p_revision_id, u.char_start, u.char_end,
+           pg_catalog.to_tsvector('pg_catalog.english', u.unit_text)
+    from _donto_ab_units as u
+    order by u.seq;
+    get diagnostics v_n = row_count;
+    drop table _donto_ab_units;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ab_project_arm(text, bigint) is
+'Re-chunk one revision with an A/B arm into ctx:measure/<arm>/<doc>: extraction blocks '
+'(strategy ab/...) and their mem:measure/unit recall keys; idempotent; returns the unit '
+'count. Never touches projection A or the claims contexts. Volatile, security definer.';
+
+create or replace function donto.ab_pending_blocks(
+    p_arm text, p_run_id bigint, p_revision_ids bigint[]
+)
+returns table (block_id bigint, revision_id bigint, seq integer, kind text)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* The arm's blocks of P_REVISION_IDS with no ingested response for run P_RUN_ID. */
+    select b.block_id, b.revision_id, b.seq, b.kind
+    from donto.ab_arm as a
+    inner join donto.ab_unit as u on a.arm_id = u.arm_id
+    inner join donto.extraction_block as b on u.block_id = b.block_id
+    where a.name = p_arm
+          and u.revision_id = any(p_revision_ids)
+          and not exists (
+              select 1 from donto.extraction_response as x
+              where x.block_id = b.block_id and x.run_id = p_run_id
+          )
+    order by b.revision_id, b.seq;
+$$;
+
+comment on function donto.ab_pending_blocks(text, bigint, bigint[]) is
+'Blocks of an A/B arm still to extract in a run (no ingested response yet), in body order. '
+'Stable, security invoker.';
+
+create or replace function donto.ab_arm_quality(
+    p_arm text, p_run_id bigint, p_revision_ids bigint[]
+)
+returns jsonb
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Metrics 1-4 of an arm's extraction run over the units of P_REVISION_IDS ingested so
+far: facts per chunk (mean), median anchor rate (over dialogue blocks that returned
+facts, as the extractor's alarm), hypothesis rate (hypotheses / facts), injection rate
+(injected / extracted blocks); with the zero-fact rate, pooled and all-block anchor
+rates, counts by fate and by kind.
+*/
+    with u as (
+        select u.block_id
+        from donto.ab_unit as u inner join donto.ab_arm as a using (arm_id)
+        where a.name = p_arm and u.revision_id = any(p_revision_ids)
+    ),
+
+    q as (
+        select
+            q.kind,
+            q.fate,
+            q.injection,
+            q.facts_per_chunk as facts,
+            q.anchor_rate,
+            (x.summary ->> 'anchored')::integer as anchored,
+            (x.summary ->> 'hypotheses')::integer as hypotheses
+        from donto.chunk_quality as q
+        inner join u on q.block_id = u.block_id
+        inner join donto.extraction_response as x on q.response_id = x.response_id
+        where q.run_id = p_run_id
+    )
+
+    select pg_catalog.jsonb_build_object(
+        'units', (select pg_catalog.count(*) from u),
+        'blocks', pg_catalog.count(*),
+        'facts', coalesce(pg_catalog.sum(q.facts), 0),
+        'facts_per_chunk', pg_catalog.round(pg_catalog.avg(q.facts), 4),
+        'zero_fact_rate', case when pg_catalog.count(*) > 0 then pg_catalog.round(
+            (pg_catalog.count(*) filter (where q.facts = 0))::numeric / pg_catalog.count(*), 4)
+        end,
+        'median_anchor_rate', pg_catalog.percentile_cont(0.5) within group (
+            order by q.anchor_rate) filter (where q.kind = 'dialogue' and q.facts > 0),
+        'dialogue_blocks_with_facts',
+        pg_catalog.count(*) filter (where q.kind = 'dialogue' and q.facts > 0),
+        'median_anchor_rate_all', pg_catalog.percentile_cont(0.5) within group (
+            order by q.anchor_rate) filter (where q.facts > 0),
+        'anchor_rate_pooled', case when pg_catalog.sum(q.facts) > 0 then pg_catalog.round(
+            pg_catalog.sum(q.anchored)::numeric / pg_catalog.sum(q.facts), 4) end,
+        'hypothesis_rate', case when pg_catalog.sum(q.facts) > 0 then pg_catalog.round(
+            pg_catalog.sum(q.hypotheses)::numeric / pg_catalog.sum(q.facts), 4) end,
+        'injection_rate', case when pg_catalog.count(*) > 0 then pg_catalog.round(
+            pg_catalog.sum(q.injection)::numeric / pg_catalog.count(*), 4) end,
+        'injected', coalesce(pg_catalog.sum(q.injection), 0),
+        'healthy', pg_catalog.count(*) filter (where q.fate = 'healthy'),
+        'degraded', pg_catalog.count(*) filter (where q.fate = 'degraded'),
+        'broken', pg_catalog.count(*) filter (where q.fate = 'broken'),
+        'by_kind', coalesce((
+            select pg_catalog.jsonb_object_agg(k.kind, k.n)
+            from (select q2.kind, pg_catalog.count(*) as n from q as q2 group by q2.kind) as k
+        ), '{}'::jsonb)
+    )
+    from q;
+$$;
+
+comment on function donto.ab_arm_quality(text, bigint, bigint[]) is
+'Metrics 1-4 of an A/B arm''s run over a holdout (facts per chunk, median dialogue anchor '
+'rate, hypothesis rate, injection rate) with zero-fact rate and counts. Stable, invoker.';
+
+-- -- recall keys: vectors and search ----------------------------------------------------
+
+create or replace function donto.ingest_measure_embeddings(p_model_id integer)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Move vectors staged by the caller (temp table _donto_embedding_stage(statement_id,
+embedding)) into donto.embedding for one model, for A/B units and session summaries
+only (recall chunks go through donto.ingest_embeddings). Existing vectors are kept;
+a wrong dimension or another kind of statement is refused. Returns the rows added.
+*/
+declare
+    v_dim integer;
+    v_n integer;
+    v_bad bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto.ingest_measure_embeddings: no model %', p_model_id
+            using errcode = '22023';
+    end if;
+    select st.statement_id into v_bad
+    from pg_temp._donto_embedding_stage as st
+    where vector_dims(st.embedding) <> v_dim
+          or not (exists (select 1 from donto.ab_unit as u where u.statement_id = st.statement_id)
+                  or exists (select 1 from donto.x_session_summary as s
+                             where s.statement_id = st.statement_id))
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.ingest_measure_embeddings: statement % is not an A/B unit or a '
+            'session summary, or its vector does not have % dimensions', v_bad, v_dim
+            using errcode = '22023';
+    end if;
+    insert into donto.embedding (statement_id, model_id, embedding)
+    select st.statement_id, p_model_id, st.embedding
+    from pg_temp._donto_embedding_stage as st
+    on conflict (statement_id, model_id) do nothing;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ingest_measure_embeddings(integer) is
+'Move staged vectors of A/B units and session summaries into donto.embedding (skips '
+'existing). Volatile, security definer.';
+
+create or replace function donto.ab_reuse_embeddings(
+    p_arm text, p_model_id integer, p_revision_ids bigint[]
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Give the arm's units of P_REVISION_IDS that have no vector for the model the vector of
+another recall key with the same text: a recall chunk (projection A) or a unit of
+another arm with the same revision and span (same bytes, same vector). Returns the
+vectors copied; the rest must be embedded.
+*/
+declare
+    v_n integer;
+begin
+    insert into donto.embedding (statement_id, model_id, embedding)
+    select distinct on (u.statement_id) u.statement_id, p_model_id, e.embedding
+    from donto.ab_unit as u
+    inner join donto.ab_arm as a on u.arm_id = a.arm_id
+    inner join donto.statement as o
+        on u.revision_id = o.derived_from_revision and u.char_start = o.char_start
+           and u.char_end = o.char_end and u.statement_id <> o.statement_id
+           and o.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
+    inner join donto.embedding as e on o.statement_id = e.statement_id and e.model_id = p_model_id
+    where a.name = p_arm
+          and u.revision_id = any(p_revision_ids)
+          and not exists (select 1 from donto.embedding as h
+                          where h.statement_id = u.statement_id and h.model_id = p_model_id)
+    order by u.statement_id, o.statement_id
+    on conflict (statement_id, model_id) do nothing;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ab_reuse_embeddings(text, integer, bigint[]) is
+'Copy to an arm''s units the vector of a recall chunk or another arm''s unit with the same '
+'revision span (same text); returns the count. Volatile, security definer.';
+
+create or replace function donto.ab_recall_units(
+    arm text,
+    embedding vector,
+    query text default null,
+    k integer default 10,
+    revision bigint default null,
+    model text default null,
+    arms text default 'hybrid',
+    pool integer default null
+)
+returns table (
+    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
+    score double precision, vector_rank integer, lexical_rank integer
+)
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Top-K units of an A/B arm for a query vector (and its text), by the gate's own fixed
+ranking, the same for every arm and for the baseline (arm projection-a: projection
+A's spans), so that only the chunking differs: exact cosine order, full-text rank
+(ts_rank_cd over the unit's text), reciprocal rank fusion (k = 60) for 'hybrid', ties
+to the later valid time. REVISION limits to one revision (the question's conversation).
+*/
+#variable_conflict use_column
+declare
+    v_arm bigint;
+    v_model integer;
+    v_pool integer := coalesce(pool, greatest(k * 5, 50));
+begin
+    if k is null or k < 1 then
+        raise exception 'donto.ab_recall_units: k must be >= 1' using errcode = '22023';
+    end if;
+    if arms not in ('vector', 'lexical', 'hybrid') then
+        raise exception 'donto.ab_recall_units: arms must be vector, lexical or hybrid, not %',
+            arms using errcode = '22023';
+    end if;
+    select a.arm_id into v_arm from donto.ab_arm as a where a.name = arm;
+    if not found then
+        raise exception 'donto.ab_recall_units: no arm %', arm using errcode = '22023';
+    end if;
+    if arms <> 'lexical' then
+        select m.model_id into v_model from donto.embedding_model as m
+        where model is null or m.name = model
+        order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id
+        limit 1;
+        if not found or embedding is null then
+            raise exception 'donto.ab_recall_units: the vector arm needs a model and a vector'
+                using errcode = '22023';
+        end if;
+    end if;
+    return query
+    with tq as (
+        select pg_catalog.string_agg(pg_catalog.quote_literal(l.l), ' | ')::tsquery as q
+        from pg_catalog.unnest(pg_catalog.tsvector_to_array(
+            pg_catalog.to_tsvector('pg_catalog.english', coalesce(query, '')))) as l (l)
+        where arms <> 'vector'
+    ),
+
+    vec as (
+        select c.statement_id, pg_catalog.row_number() over (order by c.d) as r
+        from (
+            select u.statement_id, e.embedding <=> ab_recall_units.embedding as d
+            from donto.ab_unit as u
+            inner join donto.embedding as e
+                on u.statement_id = e.statement_id and e.model_id = v_model
+            where u.arm_id = v_arm
+                  and (revision is null or u.revision_id = revision)
+                  and arms <> 'lexical'
+            order by d
+            limit v_pool
+        ) as c
+    ),
+
+    lex as (
+        select c.statement_id,
+               pg_catalog.row_number() over (order by c.rank desc, c.statement_id) as r
+        from (
+            select u.statement_id, pg_catalog.ts_rank_cd(u.tsv, tq.q, 1) as rank
+            from donto.ab_unit as u cross join tq
+            where tq.q is not null and u.tsv @@ tq.q and u.arm_id = v_arm
+                  and (revision is null or u.revision_id = revision)
+            order by rank desc, u.statement_id
+            limit v_pool
+        ) as c
+    )
+
+    select
+        s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
+        f.score, f.vr::integer, f.lr::integer
+    from (
+        select
+            coalesce(v.statement_id, l.statement_id) as statement_id,
+            (coalesce(1.0 / (60 + v.r), 0) + coalesce(1.0 / (60 + l.r), 0))::float8 as score,
+            v.r as vr,
+            l.r as lr
+        from vec as v full outer join lex as l using (statement_id)
+    ) as f
+    inner join donto.statement as s on f.statement_id = s.statement_id
+    order by pg_catalog.round(f.score::numeric, 6) desc,
+             pg_catalog.upper(s.valid_time) desc nulls last,
+             s.statement_id desc
+    limit k;
+end;
+$$;
+
+comment on function donto.ab_recall_units(text, vector, text, integer, bigint, text, text, integer)
+is
+'Recall over an A/B arm''s units (never over live memory): exact vector + full-text ranks, '
+'reciprocal rank fusion; arms and the fixed-1,200 baseline are measured with it. Stable, '
+'security invoker.';
+
+-- -- gates, results, verdicts ------------------------------------------------------------
+
+create or replace function donto.ab_record_gate(
+    p_gate_key text, p_revisions bigint[], p_holdout jsonb, p_k integer, p_model_id integer,
+    p_recall_arm text, p_questions integer
+)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/* Record an A/B holdout (gate); an existing gate_key returns its id. */
+declare
+    v_id bigint;
+begin
+    insert into donto.ab_gate (gate_key, revisions, holdout, k, model_id, recall_arm, questions)
+    values (p_gate_key, p_revisions, p_holdout, p_k, p_model_id, p_recall_arm, p_questions)
+    on conflict (gate_key) do nothing
+    returning gate_id into v_id;
+    if v_id is null then
+        select g.gate_id into strict v_id from donto.ab_gate as g where g.gate_key = p_gate_key;
+    end if;
+    return v_id;
+end;
+$$;
+
+comment on function donto.ab_record_gate(text, bigint[], jsonb, integer, integer, text, integer)
+is
+'Record an A/B gate (holdout revisions and why, k, model, recall arm, question count) once '
+'per key; returns its id. Volatile, security definer.';
+
+create or replace function donto.ab_record_baseline(p_gate_id bigint, p_measure jsonb)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/* Record the fixed-1,200 baseline of a gate (P_MEASURE.hit = hit@k); the first one stays. */
+declare
+    v_id bigint;
+begin
+    insert into donto.ab_baseline (gate_id, hit, measure)
+    values (p_gate_id, (p_measure ->> 'hit')::float8, p_measure)
+    on conflict (gate_id) do nothing
+    returning baseline_id into v_id;
+    if v_id is null then
+        select b.baseline_id into strict v_id from donto.ab_baseline as b
+        where b.gate_id = p_gate_id;
+    end if;
+    return v_id;
+end;
+$$;
+
+comment on function donto.ab_record_baseline(bigint, jsonb) is
+'Record a gate''s fixed-1,200 recall baseline (hit@k and its measure) once; returns its id. '
+'Volatile, security definer.';
+
+create or replace function donto.ab_record_result(
+    p_result_key text, p_gate_id bigint, p_arm text, p_run_id bigint, p_stage text,
+    p_units integer, p_quality jsonb, p_stop_reason text default null, p_recall jsonb default null
+)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/* Record one arm's measurement on a gate; an existing result_key returns its id. */
+declare
+    v_arm bigint;
+    v_id bigint;
+begin
+    select a.arm_id into v_arm from donto.ab_arm as a where a.name = p_arm;
+    if not found then
+        raise exception 'donto.ab_record_result: no arm %', p_arm using errcode = '22023';
+    end if;
+    insert into donto.ab_result (
+        result_key, gate_id, arm_id, run_id, stage, units, quality, stop_reason, recall
+    )
+    values (p_result_key, p_gate_id, v_arm, p_run_id, p_stage, p_units, p_quality,
+            p_stop_reason, p_recall)
+    on conflict (result_key) do nothing
+    returning result_id into v_id;
+    if v_id is null then
+        select r.result_id into strict v_id from donto.ab_result as r
+        where r.result_key = p_result_key;
+    end if;
+    return v_id;
+end;
+$$;
+
+comment on function donto.ab_record_result(
+    text, bigint, text, bigint, text, integer, jsonb, text, jsonb
+) is
+'Record an A/B arm''s result on a gate (metrics 1-4, stage, stop reason, recall) once per '
+'key; returns its id. Volatile, security definer.';
+
+create or replace function donto.ab_decide(
+    recall_hit double precision,
+    baseline_hit double precision,
+    injection_rate double precision,
+    median_anchor_rate double precision,
+    hypothesis_rate double precision,
+    zero_fact_rate double precision,
+    max_injection double precision default 0.02,
+    min_anchor double precision default 0.55,
+    min_hypothesis double precision default 0.5,
+    max_zero_fact double precision default 0.5
+)
+returns table (verdict text, reasons text[])
+language plpgsql
+immutable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The gate's rule. commit iff recall hit >= the fixed-1,200 baseline AND injection rate
+<= MAX_INJECTION AND median anchor rate >= MIN_ANCHOR; else re-chunk when the
+injection rate is above MAX_INJECTION or the zero-fact rate above MAX_ZERO_FACT (the
+boundary's problem); else re-prompt when recall is fine but the anchor rate is low and
+the hypothesis rate at least MIN_HYPOTHESIS (the extractor's problem); else reject.
+A null recall hit means no recall pass was spent (the arm was rejected early).
+*/
+declare
+    v_recall_ok boolean := recall_hit is not null and baseline_hit is not null
+                           and recall_hit >= baseline_hit;
+    v_inj_ok boolean := coalesce(injection_rate, 0) <= max_injection;
+    v_anchor_ok boolean := median_anchor_rate is not null and median_anchor_rate >= min_anchor;
+    v_zero_ok boolean := coalesce(zero_fact_rate, 0) <= max_zero_fact;
+    v_hyp_high boolean := coalesce(hypothesis_rate, 0) >= min_hypothesis;
+    v_reasons text[] := '{}';
+begin
+    v_reasons := v_reasons || case
+        when recall_hit is null then 'no recall pass (rejected before it)'
+        when baseline_hit is null then 'no fixed-1,200 baseline'
+        else pg_catalog.format('recall hit %s %s baseline %s',
+                               pg_catalog.round(recall_hit::numeric, 4),
+                               case when v_recall_ok then '>=' else '<' end,
+                               pg_catalog.round(baseline_hit::numeric, 4))
+    end;
+    v_reasons := v_reasons || pg_catalog.format(
+        'injection rate %s %s %s', coalesce(pg_catalog.round(injection_rate::numeric, 4)::text,
+                                            'n/a'),
+        case when v_inj_ok then '<=' else '>' end, max_injection);
+    v_reasons := v_reasons || case
+        when median_anchor_rate is null then 'no median anchor rate (no dialogue block with facts)'
+        else pg_catalog.format('median anchor rate %s %s %s',
+                               pg_catalog.round(median_anchor_rate::numeric, 4),
+                               case when v_anchor_ok then '>=' else '<' end, min_anchor)
+    end;
+    v_reasons := v_reasons || pg_catalog.format(
+        'zero-fact rate %s %s %s', coalesce(pg_catalog.round(zero_fact_rate::numeric, 4)::text,
+                                            'n/a'),
+        case when v_zero_ok then '<=' else '>' end, max_zero_fact);
+    v_reasons := v_reasons || pg_catalog.format(
+        'hypothesis rate %s %s %s', coalesce(pg_catalog.round(hypothesis_rate::numeric, 4)::text,
+                                             'n/a'),
+        case when v_hyp_high then '>=' else '<' end, min_hypothesis);
+    verdict := case
+        when v_recall_ok and v_inj_ok and v_anchor_ok then 'commit'
+        when not v_inj_ok or not v_zero_ok then 're-chunk'
+        when v_recall_ok and median_anchor_rate < min_anchor and v_hyp_high then 're-prompt'
+        else 'reject'
+    end;
+    reasons := v_reasons;
+    return next;
+end;
+$$;
+
+comment on function donto.ab_decide(
+    double precision, double precision, double precision, double precision, double precision,
+    double precision, double precision, double precision, double precision, double precision
+) is
+'The A/B gate rule on given metrics: commit, re-chunk (injection or zero-fact rate high), '
+'re-prompt (recall fine, anchors low, hypotheses high) or reject, with the reasons. '
+'Immutable, security invoker.';
+
+create or replace function donto.ab_verdict(
+    arm text,
+    gate_id bigint default null,
+    max_injection double precision default 0.02,
+    min_anchor double precision default 0.55,
+    min_hypothesis double precision default 0.5,
+    max_zero_fact double precision default 0.5
+)
+returns table (
+    arm_name text, gate bigint, result_id bigint, run_id bigint, stage text,
+    recall_hit double precision, baseline_hit double precision,
+    injection_rate double precision, median_anchor_rate double precision,
+    hypothesis_rate double precision, zero_fact_rate double precision,
+    stop_reason text, verdict text, reasons text[]
+)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The verdict of arm ARM on gate GATE_ID (default: the latest gate the arm was measured
+on), from its latest result there and the gate's fixed-1,200 baseline, by
+donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
+*/
+    select
+        a.name, r.gate_id, r.result_id, r.run_id, r.stage,
+        (r.recall ->> 'hit')::float8,
+        b.hit,
+        (r.quality ->> 'injection_rate')::float8,
+        (r.quality ->> 'median_anchor_rate')::float8,
+        (r.quality ->> 'hypothesis_rate')::float8,
+        (r.quality ->> 'zero_fact_rate')::float8,
+        r.stop_reason,
+        case when r.stage = 'incomplete' then 'reject' else d.verdict end,
+        case when r.stage = 'incomplete'
+            then array['extraction incomplete: ' || r.stop_reason] || d.reasons
+            else d.reasons end
+    from donto.ab_arm as a
+    inner join donto.ab_result as r on a.arm_id = r.arm_id
+    left join donto.ab_baseline as b on r.gate_id = b.gate_id
+    cross join lateral donto.ab_decide(
+        (r.recall ->> 'hit')::float8,
+        b.hit,
+        (r.quality ->> 'injection_rate')::float8,
+        (r.quality ->> 'median_anchor_rate')::float8,
+        (r.quality ->> 'hypothesis_rate')::float8,
+        (r.quality ->> 'zero_fact_rate')::float8,
+        $3, $4, $5, $6
+    ) as d
+    where a.name = $1
+          and r.gate_id = coalesce($2, (
+              select r2.gate_id from donto.ab_result as r2
+              where r2.arm_id = a.arm_id order by r2.result_id desc limit 1))
+    order by r.result_id desc
+    limit 1;
+$$;
+
+comment on function donto.ab_verdict(
+    text, bigint, double precision, double precision, double precision, double precision
+) is
+'The A/B verdict of an arm (commit, re-prompt, re-chunk, reject) with its metrics and '
+'reasons, on a gate (default: its latest); thresholds are parameters. Stable, invoker.';
+
+create or replace view donto.ab_report as
+select  -- noqa: ST06
+    g.gate_id,
+    g.revisions,
+    g.k,
+    g.recall_arm,
+    a.name as arm,
+    a.strategy,
+    a.params,
+    a.spec,
+    r.result_id,
+    r.run_id,
+    er.label as run_label,
+    er.is_baseline,
+    r.stage,
+    r.units,
+    r.stop_reason,
+    (r.quality ->> 'facts_per_chunk')::float8 as facts_per_chunk,
+    (r.quality ->> 'median_anchor_rate')::float8 as median_anchor_rate,
+    (r.quality ->> 'hypothesis_rate')::float8 as hypothesis_rate,
+    (r.quality ->> 'injection_rate')::float8 as injection_rate,
+    (r.quality ->> 'zero_fact_rate')::float8 as zero_fact_rate,
+    (r.recall ->> 'hit')::float8 as recall_hit,
+    bl.hit as baseline_hit,
+    v.verdict,
+    v.reasons,
+    r.quality,
+    r.recall,
+    bl.measure as baseline,
+    r.created_at
+from donto.ab_result as r
+inner join donto.ab_gate as g on r.gate_id = g.gate_id
+left join donto.ab_baseline as bl on r.gate_id = bl.gate_id
+inner join donto.ab_arm as a on r.arm_id = a.arm_id
+inner join donto.extraction_run as er on r.run_id = er.run_id
+cross join lateral donto.ab_verdict(a.name, r.gate_id) as v
+where not exists (
+    select 1 from donto.ab_result as n
+    where n.gate_id = r.gate_id and n.arm_id = r.arm_id and n.result_id > r.result_id
+);
+
+comment on view donto.ab_report is
+'The latest result of every A/B arm on every gate, with metrics 1-4, recall hit@k against '
+'the fixed-1,200 baseline and the verdict at the default thresholds (for the dashboard).';
+
+-- -- session summaries --------------------------------------------------------------------
+
+create or replace view donto.session_span as
+select
+    t.revision_id,
+    t.session,
+    pg_catalog.min(t.seq) as seq_first,
+    pg_catalog.max(t.seq) as seq_last,
+    (pg_catalog.array_agg(t.turn_id order by t.seq))[1] as turn_first,
+    (pg_catalog.array_agg(t.turn_id order by t.seq desc))[1] as turn_last,
+    pg_catalog.count(*) as turns,
+    pg_catalog.min(t.header_start) as char_start,
+    pg_catalog.max(t.char_end) as char_end,
+    pg_catalog.min(t.time_anchor) as first_date,
+    pg_catalog.max(t.time_anchor) as last_date
+from donto.turn as t
+group by t.revision_id, t.session;
+
+comment on view donto.session_span is
+'Sessions (BEAM batches) of every revision: first/last turn, turn count, char span from the '
+'first turn''s header to the last turn''s end, and dates.';
+
+create or replace function donto.record_session_summary(
+    p_revision_id bigint,
+    p_session integer,
+    p_summary text,
+    p_method text,
+    p_summarizer text,
+    p_meta jsonb default '{}'
+)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Record the summary of one session of a revision as a coarse recall key: a
+mem:summary/session statement in ctx:memory/summary/<document> whose span is the
+session's turns (object_lit {v: text, method, summarizer, session, meta}, valid time
+from the session's dates), with its donto.x_session_summary row. METHOD is
+'extractive' or 'abstractive'. Idempotent per (revision, session, summarizer):
+the first summary stays and its id is returned.
+*/
+declare
+    v_span record;
+    v_doc bigint;
+    v_iri text;
+    v_ctx bigint;
+    v_sid bigint;
+begin
+    if p_summary is null or btrim(p_summary) = '' then
+        raise exception 'donto.record_session_summary: the summary is empty'
+            using errcode = '22023';
+    end if;
+    if p_method not in ('extractive', 'abstractive') then
+        raise exception 'donto.record_session_summary: method must be extractive or '
+            'abstractive, not %', p_method using errcode = '22023';
+    end if;
+    select s.* into v_span from donto.session_span as s
+    where s.revision_id = p_revision_id and s.session is not distinct from p_session;
+    if not found then
+        raise exception 'donto.record_session_summary: revision % has no session %',
+            p_revision_id, p_session using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2072, p_revision_id::integer);
+    select x.statement_id into v_sid from donto.x_session_summary as x
+    where x.revision_id = p_revision_id and x.session = p_session
+          and x.summarizer = p_summarizer;
+    if found then
+        return v_sid;
+    end if;
+    select r.document_id, d.iri into v_doc, v_iri
+    from donto.revision as r inner join donto.document as d using (document_id)
+    where r.revision_id = p_revision_id;
+    v_ctx := donto.ensure_context(donto.summary_context_iri(v_iri), 'summary');
+    insert into donto.statement (
+        subject, predicate, object_lit, context_id, valid_time, document_id,
+        derived_from_revision, char_start, char_end
+    )
+    values (
+        pg_catalog.format('session:%s/%s', p_revision_id, p_session), 'mem:summary/session',
+        pg_catalog.jsonb_build_object('v', p_summary, 'method', p_method,
+                                      'summarizer', p_summarizer, 'session', p_session,
+                                      'meta', coalesce(p_meta, '{}')),
+        v_ctx,
+        case when v_span.first_date is null then '(,)'::daterange
+             else pg_catalog.daterange(v_span.first_date, v_span.last_date, '[]') end,
+        v_doc, p_revision_id, v_span.char_start, v_span.char_end
+    )
+    returning statement_id into v_sid;
+    insert into donto.x_session_summary (
+        statement_id, revision_id, session, method, summarizer, seq_first, seq_last,
+        turn_first, turn_last, char_start, char_end, tsv
+    )
+    values (
+        v_sid, p_revision_id, p_session, p_method, p_summarizer, v_span.seq_first,
+        v_span.seq_last, v_span.turn_first, v_span.turn_last, v_span.char_start,
+        v_span.char_end, pg_catalog.to_tsvector('pg_catalog.english', p_summary)
+    );
+    return v_sid;
+end;
+$$;
+
+comment on function donto.record_session_summary(bigint, integer, text, text, text, jsonb) is
+'Record a session''s summary (extractive or abstractive) as a mem:summary/session recall key '
+'spanning the session''s turns; idempotent per (revision, session, summarizer). Volatile, '
+'security definer.';
+
+create or replace function donto.recall_summaries_by_vector(
+    embedding vector,
+    query text default null,
+    k integer default 3,
+    context text default null,
+    model text default null,
+    arms text default 'hybrid',
+    by_summarizer text default null,
+    pool integer default null
+)
+returns table (
+    statement_id bigint, revision_id bigint, session integer, char_start integer,
+    char_end integer, summary text, method text, summarizer text, score double precision,
+    vector_rank integer, lexical_rank integer
+)
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Top-K session summaries for a query vector (and its text): exact cosine order,
+full-text rank, reciprocal rank fusion (k = 60) as donto.recall_by_vector. CONTEXT is a
+summary context (ctx:memory/summary/...) or the document's recall context
+(ctx:memory/episodic/..., mapped to its summaries); BY_SUMMARIZER picks one summarizer.
+*/
+#variable_conflict use_column
+declare
+    v_model integer;
+    v_ctx bigint;
+    v_pool integer := coalesce(pool, greatest(k * 5, 50));
+begin
+    if k is null or k < 1 then
+        raise exception 'donto.recall_summaries: k must be >= 1' using errcode = '22023';
+    end if;
+    if arms not in ('vector', 'lexical', 'hybrid') then
+        raise exception 'donto.recall_summaries: arms must be vector, lexical or hybrid, not %',
+            arms using errcode = '22023';
+    end if;
+    if context is not null then
+        select c.context_id into v_ctx from donto.context as c
+        where c.iri = pg_catalog.regexp_replace(context, '^ctx:memory/episodic/',
+                                                'ctx:memory/summary/');
+        if not found then
+            raise exception 'donto.recall_summaries: no summaries in context %', context
+                using errcode = '22023';
+        end if;
+    end if;
+    if arms <> 'lexical' then
+        select m.model_id into v_model from donto.embedding_model as m
+        where model is null or m.name = model
+        order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id
+        limit 1;
+        if not found or embedding is null then
+            raise exception 'donto.recall_summaries: the vector arm needs a model and a vector'
+                using errcode = '22023';
+        end if;
+    end if;
+    return query
+    with keys as (
+        select x.statement_id, x.tsv
+        from donto.x_session_summary as x
+        inner join donto.statement as s on x.statement_id = s.statement_id
+        where (v_ctx is null or s.context_id = v_ctx)
+              and (by_summarizer is null or x.summarizer = by_summarizer)
+              and not exists (select 1 from donto.retraction as rt
+                              where rt.statement_id = s.statement_id)
+    ),
+
+    tq as (
+        select pg_catalog.string_agg(pg_catalog.quote_literal(l.l), ' | ')::tsquery as q
+        from pg_catalog.unnest(pg_catalog.tsvector_to_array(
+            pg_catalog.to_tsvector('pg_catalog.english', coalesce(query, '')))) as l (l)
+        where arms <> 'vector'
+    ),
+
+    vec as (
+        select c.statement_id, pg_catalog.row_number() over (order by c.d) as r
+        from (
+            select y.statement_id, e.embedding <=> recall_summaries_by_vector.embedding as d
+            from keys as y
+            inner join donto.embedding as e
+                on y.statement_id = e.statement_id and e.model_id = v_model
+            where arms <> 'lexical'
+            order by d
+            limit v_pool
+        ) as c
+    ),
+
+    lex as (
+        select c.statement_id,
+               pg_catalog.row_number() over (order by c.rank desc, c.statement_id) as r
+        from (
+            select y.statement_id, pg_catalog.ts_rank_cd(y.tsv, tq.q, 1) as rank
+            from keys as y cross join tq
+            where tq.q is not null and y.tsv @@ tq.q
+            order by rank desc, y.statement_id
+            limit v_pool
+        ) as c
+    )
+
+    select
+        x.statement_id, x.revision_id, x.session, x.char_start, x.char_end,
+        s.object_lit ->> 'v', x.method, x.summarizer, f.score, f.vr::integer, f.lr::integer
+    from (
+        select
+            coalesce(v.statement_id, l.statement_id) as statement_id,
+            (coalesce(1.0 / (60 + v.r), 0) + coalesce(1.0 / (60 + l.r), 0))::float8 as score,
+            v.r as vr,
+            l.r as lr
+        from vec as v full outer join lex as l using (statement_id)
+    ) as f
+    inner join donto.x_session_summary as x on f.statement_id = x.statement_id
+    inner join donto.statement as s on x.statement_id = s.statement_id
+    order by pg_catalog.round(f.score::numeric, 6) desc,
+             pg_catalog.upper(s.valid_time) desc nulls last,
+             x.statement_id desc
+    limit k;
+end;
+$$;
+
+comment on function donto.recall_summaries_by_vector(
+    vector, text, integer, text, text, text, text, integer
+) is
+'Session-summary recall for clients that embed themselves: vector + full-text ranks fused; '
+'a separate arm, never mixed into donto.recall. Stable, security invoker.';
+
+create or replace function donto.recall_summaries(
+    query text,
+    k integer default 3,
+    context text default null,
+    model text default null,
+    arms text default 'hybrid',
+    by_summarizer text default null,
+    pool integer default null
+)
+returns table (
+    statement_id bigint, revision_id bigint, session integer, char_start integer,
+    char_end integer, summary text, method text, summarizer text, score double precision,
+    vector_rank integer, lexical_rank integer
+)
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Top-K session summaries for a text query, from psql (the session-summary recall arm,
+off by default: donto.recall never includes it):
+    select session, score, summary from donto.recall_summaries('where did I move?',
+        k => 2, context => 'ctx:memory/episodic/beam/100K/1');
+*/
+declare
+    v_vec vector;
+    v_model text := model;
+begin
+    if query is null or btrim(query) = '' then
+        raise exception 'donto.recall_summaries: query is empty' using errcode = '22023';
+    end if;
+    if arms <> 'lexical' then
+        if v_model is null then
+            select m.name into v_model from donto.embedding_model as m
+            order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id limit 1;
+        end if;
+        v_vec := donto.embed_query(query, v_model);
+    end if;
+    return query
+    select * from donto.recall_summaries_by_vector(
+        v_vec, query, k, context, v_model, arms, by_summarizer, pool);
+end;
+$$;
+
+comment on function donto.recall_summaries(text, integer, text, text, text, text, integer) is
+'Session-summary recall from psql: top-K summaries (session, span, text, method) for a query; '
+'embeds it in the database. Volatile (embeds), security invoker.';
+
+
+-- sql/080-payload.sql
+-- Token-budgeted recall payloads: donto.recall hits packed into one jsonb
+-- whose rendered size never exceeds max_tokens (the logic is donto_pg.payload).
+
+create or replace function donto.recall_payload(
+    query text,
+    max_tokens integer,
+    k integer default 20,
+    chunk_tokens integer default null,
+    context text default null,
+    as_of timestamptz default null,
+    model text default null
+)
+returns jsonb
+language plpython3u
+volatile
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+from donto_pg import payload
+return payload.recall_payload_sql(plpy, query, max_tokens, k, chunk_tokens, context, as_of, model)
+$py$;
+
+comment on function donto.recall_payload(
+    text, integer, integer, integer, text, timestamptz, text
+) is
+'Recall as a token-budgeted payload for a model: {query, memories, chunks, truncated, tokens, '
+'omitted} from donto.recall (same k, context, as_of, model). Its compact JSON rendering, '
+'counted with the embedding model''s tokenizer, never exceeds MAX_TOKENS; raw chunk texts '
+'stop at CHUNK_TOKENS (default 60% of MAX_TOKENS); tokens is the exact size; omitted says what '
+'was cut (counts and statement ids); a MAX_TOKENS below the empty envelope is an error. '
+'Volatile (recall embeds the query), security invoker (the caller''s rights, donto_reader '
+'suffices).';
+
+
 -- sql/090-roles.sql
 -- Roles and privileges (run last, so it covers every object above).
 --   donto_reader: reads every table and view, calls the read-only functions
@@ -2286,6 +3848,7 @@ begin
               and p.prokind = 'f'
               and (p.provolatile <> 'v'
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
+                                    'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor'))
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);

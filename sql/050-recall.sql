@@ -45,6 +45,8 @@ Projection A: cut revision REV_ID into line-respecting windows of WINDOW_CHARS
 (zero overlap) and record each as a statement (mem:episodic/chunk,
 object_lit {v: text, dt: date of its first turn}, valid_time from its turns'
 dates) with its donto.x_memory_record. Returns the number of chunks.
+The record's full-text vector holds every word with weight D and the words of
+user turns once more with weight A (see donto._recall_lexical).
 Idempotent: a second call with the same arguments returns the existing count.
 */
 declare
@@ -102,14 +104,43 @@ begin
     from _donto_windows as w
     order by w.chunk_index;
 
+    -- The user's own words in each window (the content of user turns, cut to the
+    -- window), for the speaker-weighted full-text vector below.
+    create index _donto_windows_span on _donto_windows
+    using gist (pg_catalog.int4range(char_start, char_end));
+    analyze _donto_windows;
+    create temp table _donto_user_text on commit drop as
+    select
+        w.chunk_index,
+        pg_catalog.string_agg(
+            pg_catalog.substr(
+                w.chunk_text,
+                greatest(t.char_start, w.char_start) - w.char_start + 1,
+                least(t.char_end, w.char_end) - greatest(t.char_start, w.char_start)
+            ),
+            ' ' order by t.seq
+        ) as user_text
+    from donto.turn as t
+    inner join _donto_windows as w
+        on pg_catalog.int4range(w.char_start, w.char_end)
+        && pg_catalog.int4range(t.char_start, t.char_end)
+    where t.revision_id = rev_id and t.role = 'user'
+    group by w.chunk_index;
+
+    -- tsv: every word with weight D, and the user's words once more with weight A,
+    -- so that recall's lexical arm can rank the user's own statements higher.
     insert into donto.x_memory_record (
         statement_id, projection_id, revision_id, chunk_index, char_start, char_end, tsv
     )
     select w.sid, v_proj, rev_id, w.chunk_index, w.char_start, w.char_end,
-           pg_catalog.to_tsvector('pg_catalog.english', w.chunk_text)
+           pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', w.chunk_text), 'D')
+           || pg_catalog.setweight(
+               pg_catalog.to_tsvector('pg_catalog.english', coalesce(u.user_text, '')), 'A')
     from _donto_windows as w
+    left join _donto_user_text as u on w.chunk_index = u.chunk_index
     order by w.chunk_index;
     get diagnostics v_n = row_count;
+    drop table _donto_user_text;
     drop table _donto_windows;
     return v_n;
 end;
@@ -189,6 +220,152 @@ $py$;
 comment on function donto.embed_query(text, text) is
 'Embed a text inside the database with a sentence-transformers model (cached per backend).';
 
+create or replace function donto._recall_setting(p_name text, p_default text)
+returns text
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The session setting donto.<P_NAME> (SET donto.recall_rrf_k = 20), or P_DEFAULT. */
+    select coalesce(
+        nullif(pg_catalog.current_setting('donto.' || p_name, true), ''), p_default
+    );
+$$;
+
+comment on function donto._recall_setting(text, text) is
+'A recall tuning setting (custom GUC donto.<name>) or its default.';
+
+create or replace function donto._recall_lexical(
+    p_query text, p_context_id bigint, p_as_of timestamptz, p_pool integer
+)
+returns table (statement_id bigint, score double precision)
+language plpgsql
+stable
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+The lexical arm of donto.recall: the top P_POOL recall chunks of context
+P_CONTEXT_ID (null: every context) for P_QUERY, BM25-like.
+
+Query lexemes: to_tsvector('english', query) (stop words removed, stemmed).
+Each lexeme t weighs idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)), where N is
+the number of chunks and df the number holding t, in the searched context(s).
+A chunk scores sum over t of idf(t) * ts_rank(W, tsv, t, 1): ts_rank
+saturates with the term's frequency, and with W = donto.recall_lexical_weights
+(default {0.1,0.2,0.4,1.0}, the weights of D, C, B, A) the user's own words
+(weight A, see donto.project_recall) count ten times the rest (D); the score is
+divided by 1 + log(chunk length).
+
+Scale: df is counted exactly up to 2,000 chunks; a more frequent lexeme takes
+the planner's estimate (pg_stats most_common_elems of x_memory_record.tsv, if
+analysed). Candidates are the chunks holding one of the most selective lexemes,
+taken rarest first while their df add up to at most the setting
+donto.recall_lexical_budget (default 20,000; at least the rarest lexeme, then at
+most that many chunks). On a conversation of a few thousand chunks that is
+every chunk holding any query lexeme: the ranking is exact.
+*/
+#variable_conflict use_column
+declare
+    v_budget integer := donto._recall_setting('recall_lexical_budget', '20000')::integer;
+    v_weights float4[] := donto._recall_setting(
+        'recall_lexical_weights', '{0.1,0.2,0.4,1.0}')::float4[];
+    v_cap constant integer := 2000;
+    v_projs bigint[];
+    v_n double precision;
+    v_terms text[] := '{}';
+    v_tqs tsquery[] := '{}';
+    v_idfs double precision[] := '{}';
+    v_dfs double precision[] := '{}';
+    v_sel tsquery;
+    v_used bigint := 0;
+    v_df double precision;
+    r record;
+begin
+    select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
+    from donto.projection as p
+    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id);
+    if v_projs is null then
+        return;
+    end if;
+    select coalesce(pg_catalog.sum(x.n), 0) into v_n
+    from pg_catalog.unnest(v_projs) as pr (id)
+    cross join lateral (
+        select pg_catalog.max(m.chunk_index) + 1 as n
+        from donto.x_memory_record as m where m.projection_id = pr.id
+    ) as x;
+    if v_n = 0 then
+        return;
+    end if;
+
+    for r in
+        select q.t, pg_catalog.quote_literal(q.t)::tsquery as tq
+        from (select distinct u.lexeme as t
+              from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
+        ) as q
+    loop
+        select pg_catalog.count(*) into v_df
+        from (select 1 from donto.x_memory_record as m
+              where m.tsv @@ r.tq and m.projection_id = any(v_projs)
+              limit v_cap) as c;
+        if v_df >= v_cap then
+            select greatest(v_cap, f.freq * v_n) into v_df
+            from pg_catalog.pg_stats as st
+            cross join lateral unnest(
+                st.most_common_elems::text::text[], st.most_common_elem_freqs
+            ) as f (elem, freq)
+            where st.schemaname = 'donto' and st.tablename = 'x_memory_record'
+                  and st.attname = 'tsv' and f.elem = r.t;
+            v_df := coalesce(v_df, v_cap);
+        end if;
+        continue when v_df = 0;
+        v_terms := v_terms || r.t;
+        v_tqs := v_tqs || r.tq;
+        v_idfs := v_idfs || pg_catalog.ln(1 + (v_n - v_df + 0.5) / (v_df + 0.5));
+        v_dfs := v_dfs || v_df;
+    end loop;
+    if pg_catalog.cardinality(v_terms) = 0 then
+        return;
+    end if;
+    -- Candidate lexemes: the most selective first, within the budget.
+    for r in
+        select t.tq, t.df from unnest(v_tqs, v_dfs) as t (tq, df)
+        order by t.df, t.tq::text
+    loop
+        exit when v_sel is not null and v_used + r.df > v_budget;
+        v_sel := case when v_sel is null then r.tq else v_sel || r.tq end;
+        v_used := v_used + r.df::bigint;
+    end loop;
+
+    return query
+    select c.statement_id, c.score
+    from (
+        select
+            m.statement_id,
+            (select pg_catalog.sum(t.idf * pg_catalog.ts_rank(v_weights, m.tsv, t.tq, 1))
+             from unnest(v_tqs, v_idfs) as t (tq, idf))::float8 as score
+        from (
+            select m0.statement_id, m0.tsv
+            from donto.x_memory_record as m0
+            where m0.tsv @@ v_sel and m0.projection_id = any(v_projs)
+            limit v_budget
+        ) as m
+        inner join donto.statement as s on m.statement_id = s.statement_id
+        where (p_as_of is null or s.tx_from <= p_as_of)
+              and not exists (
+                  select 1 from donto.retraction as rt
+                  where rt.statement_id = m.statement_id
+                        and (p_as_of is null or rt.tx_from <= p_as_of))
+    ) as c
+    order by c.score desc, c.statement_id
+    limit p_pool;
+end;
+$$;
+
+comment on function donto._recall_lexical(text, bigint, timestamptz, integer) is
+'Lexical arm of donto.recall: BM25-like (idf x saturating ts_rank, user words weighted up), '
+'exact on conversations, budgeted on very large contexts.';
+
 create or replace function donto.recall_by_vector(
     embedding vector,
     query text default null,
@@ -210,25 +387,60 @@ set search_path to pg_catalog, public, pg_temp
 as $$
 /*
 Top-K recall chunks for a query vector (and its text, for the lexical arm).
-ARMS: 'vector', 'lexical' or 'hybrid' (reciprocal rank fusion, k = 60).
-Ties in the fused score go to the later valid time (latest value wins).
-CONTEXT limits to one context IRI; AS_OF to what the database knew then.
+
+ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates
+(default max(10 k, 100)): the vector arm by cosine distance (an exact scan when
+the searched chunks are at most donto.recall_exact_max, default 50,000; above
+that HNSW with iterative scans, so filters never return fewer than k rows), the
+lexical arm by donto._recall_lexical.
+
+Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
+turns it off): a candidate chunk stands for its exchange, the latest user turn
+that starts before the chunk ends and the reply after it, and is replaced by
+the chunk holding that user turn (the user's own words). Each arm ranks the
+exchanges by their best chunk; the ranks are fused by reciprocal rank fusion,
+score = 1 / (K + vector rank) + 1 / (K + lexical rank), K =
+donto.recall_rrf_k (default 10). When the candidates hold fewer than k
+exchanges, the candidate chunks themselves (fused the same way) follow them.
+Chunks overlapping a better one of the same revision (several projections in a
+context, or a chunk already returned) are left out. Ties in the score go to the
+later valid time (latest value wins), then to the later statement.
+
+CONTEXT limits to one context IRI; AS_OF to what the database knew then
+(statements recorded by then, not retracted by then). VECTOR_RANK and
+LEXICAL_RANK are the arms' ranks of the returned exchange (or chunk).
 */
 #variable_conflict use_column
 declare
     v_model integer;
     v_dim integer;
     v_ctx bigint;
-    v_pool integer := coalesce(pool, greatest(k * 5, 50));
-    v_exact boolean := false;
-    v_tq tsquery;
+    v_pool integer := coalesce(pool, greatest(k * 10, 100));
+    v_exact boolean := true;
+    v_exact_max bigint := donto._recall_setting('recall_exact_max', '50000')::bigint;
+    v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
+    v_unit text := donto._recall_setting('recall_unit', 'exchange');
+    v_n bigint;
+    v_rows integer := 0;
+    v_kept int8range[] := '{}';
+    v_kept_rev bigint[] := '{}';
+    v_span int8range;
+    v_clash boolean;
+    r record;
 begin
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
-    if arms not in ('vector', 'lexical', 'hybrid') then
+    if v_pool < k then
+        raise exception 'donto.recall: pool (%) must be >= k (%)', v_pool, k using errcode = '22023';
+    end if;
+    if arms is null or arms not in ('vector', 'lexical', 'hybrid') then
         raise exception 'donto.recall: arms must be vector, lexical or hybrid, not %', arms
             using errcode = '22023';
+    end if;
+    if v_unit not in ('exchange', 'chunk') then
+        raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
+            v_unit using errcode = '22023';
     end if;
     if context is not null then
         select c.context_id into v_ctx from donto.context as c where c.iri = context;
@@ -252,98 +464,156 @@ begin
             raise exception 'donto.recall: query vector has % dimensions, the model %',
                 vector_dims(embedding), v_dim using errcode = '22023';
         end if;
-        -- A small context is searched exactly; a large one through HNSW, with
-        -- iterative scans so that filtering never returns fewer than k rows.
-        if v_ctx is not null then
-            v_exact := (select pg_catalog.count(*) from donto.statement as s
-                        where s.context_id = v_ctx and s.predicate = 'mem:episodic/chunk')
-                       <= 50000;
-        end if;
+        -- How many chunks are searched (from the projections' chunk counts: an
+        -- index probe each). Few: an exact scan. Many: HNSW, with iterative
+        -- scans so that filtering never returns fewer than k rows.
+        select coalesce(pg_catalog.sum(x.n), 0) into v_n
+        from donto.projection as p
+        cross join lateral (
+            select pg_catalog.max(m.chunk_index) + 1 as n
+            from donto.x_memory_record as m where m.projection_id = p.projection_id
+        ) as x
+        where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
+        v_exact := v_n <= v_exact_max;
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
-        perform pg_catalog.set_config('hnsw.ef_search', greatest(100, v_pool)::text, true);
-    end if;
-    if arms <> 'vector' and query is not null then
-        select pg_catalog.string_agg(pg_catalog.quote_literal(l), ' | ')::tsquery into v_tq
-        from pg_catalog.unnest(
-            pg_catalog.tsvector_to_array(pg_catalog.to_tsvector('pg_catalog.english', query))
-        ) as l;
+        perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(100, v_pool))::text,
+                                      true);
     end if;
 
-    create temp table if not exists _donto_vec (statement_id bigint, r integer) on commit drop;
-    create temp table if not exists _donto_lex (statement_id bigint, r integer) on commit drop;
-    truncate _donto_vec;
-    truncate _donto_lex;
-
-    if arms <> 'lexical' then
-        execute pg_catalog.format($q$
-            insert into _donto_vec
-            select c.statement_id, pg_catalog.row_number() over (order by c.d)
+    for r in execute pg_catalog.format($q$
+        with vec as (
+            select c.statement_id, pg_catalog.row_number() over (order by c.d, c.statement_id) as r
             from (
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
-                inner join donto.statement as s on s.statement_id = e.statement_id
-                where e.model_id = %3$s
+                inner join donto.statement as s on e.statement_id = s.statement_id
+                where $5 and e.model_id = %3$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
                       and not exists (
-                          select 1 from donto.retraction as r
-                          where r.statement_id = s.statement_id
-                                and ($3::timestamptz is null or r.tx_from <= $3))
+                          select 1 from donto.retraction as rt
+                          where rt.statement_id = s.statement_id
+                                and ($3::timestamptz is null or rt.tx_from <= $3))
                 order by ((e.embedding::vector(%1$s)) <=> $1) %2$s
                 limit $4
-            ) as c $q$,
-            v_dim,
-            -- "+ 0" hides the expression from the HNSW index: an exact scan.
-            case when v_exact then '+ 0' else '' end,
-            v_model)
-        using embedding, v_ctx, as_of, v_pool;
-    end if;
-
-    if v_tq is not null then
-        insert into _donto_lex
-        select c.statement_id, pg_catalog.row_number() over (order by c.rank desc, c.statement_id)
-        from (
-            select m.statement_id, pg_catalog.ts_rank_cd(m.tsv, v_tq, 1) as rank
-            from donto.x_memory_record as m
-            inner join donto.statement as s on s.statement_id = m.statement_id
-            where m.tsv @@ v_tq
-                  and (v_ctx is null or s.context_id = v_ctx)
-                  and (as_of is null or s.tx_from <= as_of)
-                  and not exists (
-                      select 1 from donto.retraction as r
-                      where r.statement_id = s.statement_id
-                            and (as_of is null or r.tx_from <= as_of))
-            order by rank desc, m.statement_id
-            limit v_pool
-        ) as c;
-    end if;
-
-    return query
-    select
-        s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
-        s.object_lit ->> 'v', s.valid_time,
-        f.score, f.vr::integer, f.lr::integer
-    from (
+            ) as c
+        ),
+        lex as (
+            select l.statement_id,
+                   pg_catalog.row_number() over (order by l.score desc, l.statement_id) as r
+            from donto._recall_lexical($6, $2, $3, $4) as l
+            where $7
+        ),
+        cand as (
+            select coalesce(v.statement_id, l.statement_id) as statement_id, v.r as vr, l.r as lr
+            from vec as v full outer join lex as l on v.statement_id = l.statement_id
+        ),
+        folded as (
+            select coalesce(hs.statement_id, c.statement_id) as unit_id, c.vr, c.lr
+            from cand as c
+            inner join donto.x_memory_record as m on c.statement_id = m.statement_id
+            left join lateral (
+                select t.header_start from donto.turn as t
+                where $8 and t.revision_id = m.revision_id and t.role = 'user'
+                      and t.header_start < m.char_end
+                order by t.header_start desc
+                limit 1
+            ) as ut on true
+            left join lateral (
+                select hm.statement_id from donto.x_memory_record as hm
+                where hm.revision_id = m.revision_id and hm.projection_id = m.projection_id
+                      and hm.char_start <= ut.header_start
+                order by hm.char_start desc
+                limit 1
+            ) as hm on true
+            left join donto.statement as hs
+                on hm.statement_id = hs.statement_id
+                   and ($3::timestamptz is null or hs.tx_from <= $3)
+                   and not exists (
+                       select 1 from donto.retraction as rt
+                       where rt.statement_id = hs.statement_id
+                             and ($3::timestamptz is null or rt.tx_from <= $3))
+        ),
+        units as (
+            select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr
+            from folded as f group by f.unit_id
+        ),
+        ranked as (
+            select
+                u.unit_id,
+                case when u.vr is not null then pg_catalog.row_number() over (
+                    partition by u.vr is null order by u.vr, u.unit_id) end as vr,
+                case when u.lr is not null then pg_catalog.row_number() over (
+                    partition by u.lr is null order by u.lr, u.unit_id) end as lr
+            from units as u
+        ),
+        tiers as (
+            -- tier 0: the exchanges (or chunks); tier 1, only when folding: the
+            -- candidate chunks themselves, to fill up to k rows when a context
+            -- has fewer exchanges than k.
+            select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr from ranked
+            union all
+            select 1 as tier, cand.statement_id, cand.vr, cand.lr from cand where $8
+        )
         select
-            coalesce(v.statement_id, l.statement_id) as statement_id,
-            (coalesce(1.0 / (60 + v.r), 0) + coalesce(1.0 / (60 + l.r), 0))::float8 as score,
-            v.r as vr, l.r as lr
-        from _donto_vec as v full outer join _donto_lex as l using (statement_id)
-    ) as f
-    inner join donto.statement as s on s.statement_id = f.statement_id
-    order by pg_catalog.round(f.score::numeric, 6) desc,
-             pg_catalog.upper(s.valid_time) desc nulls last,
-             s.statement_id desc
-    limit k;
+            s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
+            s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
+            q.vr::integer as vr, q.lr::integer as lr
+        from (
+            select
+                tiers.tier, tiers.unit_id, tiers.vr, tiers.lr,
+                (coalesce(1.0 / ($9 + tiers.vr), 0)
+                 + coalesce(1.0 / ($9 + tiers.lr), 0))::float8 as score
+            from tiers
+        ) as q
+        inner join donto.statement as s on q.unit_id = s.statement_id
+        order by q.tier,
+                 pg_catalog.round(q.score::numeric, 9) desc,
+                 pg_catalog.upper(s.valid_time) desc nulls last,
+                 s.statement_id desc
+        $q$,
+        coalesce(v_dim, 1),
+        -- "+ 0" hides the expression from the HNSW index: an exact scan.
+        case when v_exact then '+ 0' else '' end,
+        coalesce(v_model, 0))
+    using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
+          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k
+    loop
+        -- Leave out a chunk that overlaps a better one of the same revision.
+        v_span := pg_catalog.int8range(r.char_start, r.char_end);
+        v_clash := false;
+        for i in 1 .. pg_catalog.cardinality(v_kept) loop
+            if v_kept_rev[i] = r.derived_from_revision and v_kept[i] && v_span then
+                v_clash := true;
+                exit;
+            end if;
+        end loop;
+        continue when v_clash;
+        v_kept := v_kept || v_span;
+        v_kept_rev := v_kept_rev || r.derived_from_revision;
+        statement_id := r.statement_id;
+        revision_id := r.derived_from_revision;
+        char_start := r.char_start;
+        char_end := r.char_end;
+        chunk_text := r.chunk_text;
+        valid_time := r.valid_time;
+        score := r.score;
+        vector_rank := r.vr;
+        lexical_rank := r.lr;
+        return next;
+        v_rows := v_rows + 1;
+        exit when v_rows >= k;
+    end loop;
 end;
 $$;
 
 comment on function donto.recall_by_vector(
     vector, text, integer, text, timestamptz, text, text, integer
 ) is
-'Recall for clients that embed themselves: vector (HNSW/exact) + lexical (full text) arms, '
-'reciprocal rank fusion, latest valid time wins ties.';
+'Recall for clients that embed themselves: vector (exact or HNSW) and lexical (BM25-like, '
+'user words weighted up) arms, folded to exchanges, reciprocal rank fusion (K = 10), '
+'overlaps left out, latest valid time wins ties.';
 
 create or replace function donto.recall(
     query text,

@@ -1,0 +1,284 @@
+"""eval recall and donto.recall on a real server with the real embedding model.
+
+One database per module: BEAM 100K/13 (examples/beam) loaded and embedded, plus
+the first batch of 100K/1 as a second conversation, so the model loads once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+from pytest_postgresql.janitor import DatabaseJanitor
+
+from donto_pg import embedder, loader
+from donto_pg.db import register_vector_if_present
+from donto_pg.embed import embed_pending
+from donto_pg.evaluate import eval_recall, format_table, plot_recall
+from tests.conftest import EXAMPLES
+
+pytestmark = pytest.mark.slow
+
+CTX13 = "ctx:memory/episodic/beam/100K/13"
+CTX1 = "ctx:memory/episodic/beam/100K/1"
+
+
+def _first_batch(conv: str) -> list:
+    batches = json.loads((EXAMPLES / "chats" / "100K" / conv / "chat.json").read_text())
+    return batches[:1]
+
+
+@pytest.fixture(scope="module")
+def edb(request, tmp_path_factory):
+    """A database with 100K/13 (and its probing questions) and batch 1 of 100K/1, embedded."""
+    proc = request.getfixturevalue("donto_proc")
+    dbname = f"{proc.dbname}_eval"
+    janitor = DatabaseJanitor(user=proc.user, host=proc.host, port=proc.port, dbname=dbname,
+                              template_dbname=proc.template_dbname, password=proc.password)
+    janitor.drop()
+    with janitor:
+        conn = psycopg.connect(host=proc.host, port=proc.port, user=proc.user, dbname=dbname)
+        register_vector_if_present(conn)
+        res = loader.load_beam(conn, str(EXAMPLES / "chats" / "100K" / "13"))
+        assert [r.ok for r in res] == [True], res[0].error
+        root: Path = tmp_path_factory.mktemp("eval") / "chats" / "100K" / "1"
+        (root / "probing_questions").mkdir(parents=True)
+        (root / "chat.json").write_text(json.dumps(_first_batch("1")))
+        (root / "probing_questions" / "probing_questions.json").write_text("{}")
+        res = loader.load_beam(conn, str(root))
+        assert [r.ok for r in res] == [True], res[0].error
+        conn.commit()
+        embed_pending(conn, progress=False)
+        conn.commit()
+        yield conn
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def report(edb):
+    return eval_recall(edb, ks=(1, 5, 10), conversations=["100K/13"])
+
+
+def _vec(text: str):
+    return embedder.encode([text])[0]
+
+
+def _recall(conn, query: str, k: int, *, context: str | None, arms: str = "hybrid",
+            as_of=None) -> list[tuple]:
+    """recall_by_vector with a client-side vector (the model is loaded once, here)."""
+    rows = conn.execute(
+        "select r.statement_id, c.iri, r.char_start, r.char_end, r.vector_rank, r.lexical_rank "
+        "from donto.recall_by_vector(%s, %s, k => %s, context => %s, as_of => %s, arms => %s) r "
+        "join donto.statement s using (statement_id) join donto.context c using (context_id)",
+        (_vec(query), query, k, context, as_of, arms)).fetchall()
+    conn.commit()
+    return rows
+
+
+def test_eval_recall_per_ability_in_unit_range(report):
+    arms = ("vector", "lexical", "hybrid", "random")
+    assert report["arms"] == list(arms)
+    assert report["conversations"] == ["100K/13"]
+    assert "abstention" not in report["by_ability"]
+    counts = report["counts"]
+    assert counts["abstention"]["abstention"] == counts["abstention"]["questions"] == 2
+    assert report["excluded_abstention"] == 2
+    assert report["evaluated"] + report["excluded_abstention"] + report["excluded_no_gold"] \
+        == report["questions_total"] == 20
+    assert sum(b["n"] for b in report["by_ability"].values()) == report["evaluated"] >= 15
+    for block in [*report["by_ability"].values(), report["overall"], report["macro"]]:
+        for arm in arms:
+            for metric, value in block[arm].items():
+                assert 0.0 <= value <= 1.0, (arm, metric, value)
+    # every evaluated question has a first-hit rank per arm, within the largest k or None
+    for q in report["questions"]:
+        assert q["ability"] != "abstention" and q["gold_turns"]
+        for arm in arms:
+            first = q["arms"][arm]["first_hit"]
+            assert first is None or 1 <= first <= 10
+            assert q["arms"][arm]["hit@10"] == (first is not None)
+    table = format_table(report)
+    assert "overall (micro)" in table and "summarization" not in table.split("\n")[0]
+
+
+def test_hit_at_k_is_monotone_in_k(report):
+    for block in [*report["by_ability"].values(), report["overall"]]:
+        for arm in report["arms"]:
+            b = block[arm]
+            assert b["hit@1"] <= b["hit@5"] <= b["hit@10"]
+            assert b["turn_recall@1"] <= b["turn_recall@5"] <= b["turn_recall@10"]
+            # a question with a gold turn hit has hit@k = 1
+            assert b["turn_recall@10"] <= b["hit@10"]
+
+
+def test_random_baseline_is_below_hybrid(report, edb):
+    overall = report["overall"]
+    assert overall["random"]["hit@10"] < overall["hybrid"]["hit@10"]
+    assert overall["random"]["hit@5"] < overall["hybrid"]["hit@5"]
+    # seeded: the same seed draws the same chunks
+    again = eval_recall(edb, ks=(10,), arms=(), conversations=["100K/13"], seed=0)
+    assert [q["arms"]["random"] for q in again["questions"]] == \
+        [{k: v for k, v in q["arms"]["random"].items() if k.endswith("@10") or k == "first_hit"}
+         for q in report["questions"]]
+
+
+def test_gold_chunk_text_queried_verbatim_is_hit_at_1_by_lexical(edb):
+    """A probing question whose text is its gold chunk's text: the lexical arm ranks it first.
+
+    The question is recorded on the second conversation (100K/1, which has none), so the
+    module's report over 100K/13 is not changed.
+    """
+    rev, turn_id, text = edb.execute(
+        "select t.revision_id, t.turn_id, s.object_lit ->> 'v' "
+        "from donto.turn t join donto.x_memory_record m on m.revision_id = t.revision_id "
+        "and m.char_start <= t.header_start and t.header_start < m.char_end "
+        "join donto.statement s using (statement_id) join donto.context c using (context_id) "
+        "where t.role = 'user' and c.iri = %s order by t.seq offset 5 limit 1",
+        (CTX1,)).fetchone()
+    n = edb.execute("select donto.record_questions(%s, %s)", (rev, json.dumps([{
+        "ability": "information_extraction", "index": 99, "question": text, "answer": None,
+        "gold": [[turn_id]], "stale": [], "skipped": [], "raw": {}}]))).fetchone()[0]
+    edb.commit()
+    assert n == 1
+    got = eval_recall(edb, ks=(1,), arms=("lexical",), conversations=["100K/1"],
+                      include_random=False)
+    assert got["evaluated"] == 1 and got["arms"] == ["lexical"]
+    (mine,) = got["questions"]
+    assert mine["gold_turns"] == [turn_id]
+    assert mine["arms"]["lexical"]["first_hit"] == 1
+    assert got["overall"]["lexical"]["hit@1"] == 1.0
+
+
+@pytest.mark.parametrize("exact_max", ["50000", "0"])  # exact scan; HNSW with filtering
+@pytest.mark.parametrize("arms", ["vector", "lexical", "hybrid"])
+def test_filtered_recall_returns_k_rows_of_the_asked_context(edb, exact_max, arms):
+    edb.execute("select set_config('donto.recall_exact_max', %s, false)", (exact_max,))
+    edb.commit()
+    try:
+        n1 = edb.execute("select count(*) from donto.statement s join donto.context c "
+                         "using (context_id) where c.iri = %s", (CTX1,)).fetchone()[0]
+        assert n1 >= 10
+        query = "How should I structure the budget tracker app and its database?"
+        for ctx in (CTX1, CTX13):
+            rows = _recall(edb, query, 10, context=ctx, arms=arms)
+            assert len(rows) == 10, (ctx, rows)
+            assert {r[1] for r in rows} == {ctx}
+            assert len({r[0] for r in rows}) == 10
+        # unfiltered, both conversations can come back
+        rows = _recall(edb, query, 10, context=None, arms=arms)
+        assert len(rows) == 10
+    finally:
+        edb.execute("reset donto.recall_exact_max")
+        edb.commit()
+
+
+def test_vector_arm_query_shape_can_use_the_hnsw_index(edb):
+    """The vector arm's ORDER BY matches the partial HNSW index; '+ 0' (exact) does not.
+
+    (Whether the planner picks the index on a large context is shown by
+    benchmarks/recall_latency.py; here the table is small, so seq scans and sorts are disabled.)
+    """
+    vec = _vec("budget tracker")
+    sql = ("explain select e.statement_id from donto.embedding e "
+           "join donto.statement s using (statement_id) where e.model_id = 1 "
+           "order by ((e.embedding::vector(384)) <=> %s) {} limit 50")
+    edb.execute("set local enable_seqscan = off")
+    edb.execute("set local enable_sort = off")
+    plan = "\n".join(r[0] for r in edb.execute(sql.format(""), (vec,)).fetchall())
+    exact = "\n".join(r[0] for r in edb.execute(sql.format("+ 0"), (vec,)).fetchall())
+    edb.rollback()
+    assert "embedding_hnsw_m1" in plan
+    assert "embedding_hnsw_m1" not in exact
+
+
+def test_exchange_folding_returns_the_users_words(edb):
+    rows = _recall(edb, "Which database did I choose for the budget tracker?", 5, context=CTX13)
+    assert len(rows) == 5
+    for sid, _, start, end, _, _ in rows:
+        holds_user_turn = edb.execute(
+            "select exists (select 1 from donto.turn t join donto.x_memory_record m "
+            "on m.revision_id = t.revision_id where m.statement_id = %s and t.role = 'user' "
+            "and t.header_start >= m.char_start and t.header_start < m.char_end)",
+            (sid,)).fetchone()[0]
+        assert holds_user_turn, (sid, start, end)
+    edb.execute("set donto.recall_unit = 'chunk'")
+    try:
+        chunk_rows = _recall(edb, "Which database did I choose for the budget tracker?", 5,
+                             context=CTX13)
+        assert len(chunk_rows) == 5
+    finally:
+        edb.execute("reset donto.recall_unit")
+        edb.commit()
+
+
+def test_user_words_carry_weight_a_in_the_full_text_vector(edb):
+    """project_recall: the A-weighted lexemes of a chunk are exactly those of its user text."""
+    rev = edb.execute("select revision_id from donto.revision r join donto.document d "
+                      "using (document_id) where d.iri = 'beam:100K/13'").fetchone()[0]
+    users = edb.execute("select char_start, char_end from donto.turn where revision_id = %s "
+                        "and role = 'user' order by seq", (rev,)).fetchall()
+    chunks = edb.execute(
+        "select m.char_start, m.char_end, s.object_lit ->> 'v', "
+        "tsvector_to_array(ts_filter(m.tsv, '{a}')), tsvector_to_array(m.tsv) "
+        "from donto.x_memory_record m join donto.statement s using (statement_id) "
+        "where m.revision_id = %s order by m.chunk_index", (rev,)).fetchall()
+    with_a = 0
+    for start, end, text, a_lexemes, all_lexemes in chunks:
+        parts = [text[max(us, start) - start:min(ue, end) - start]
+                 for us, ue in users if us < end and start < ue]
+        expected = edb.execute("select tsvector_to_array(to_tsvector('english', %s))",
+                               (" ".join(parts),)).fetchone()[0]
+        assert sorted(a_lexemes) == sorted(expected), (start, end)
+        assert set(a_lexemes) <= set(all_lexemes)
+        with_a += bool(a_lexemes)
+    edb.rollback()
+    assert 0 < with_a < len(chunks)
+
+
+def test_reader_can_call_recall_from_sql(edb):
+    edb.execute("set role donto_reader")
+    try:
+        rows = edb.execute(
+            "select statement_id, score from donto.recall("
+            "'What did I decide about the budget tracker database?', k => 3, context => %s)",
+            (CTX13,)).fetchall()
+        assert len(rows) == 3 and all(r[1] > 0 for r in rows)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            edb.execute("select donto.project_recall(1, 500)")
+    finally:
+        edb.rollback()
+        edb.execute("reset role")
+        edb.commit()
+
+
+def test_as_of_keeps_a_chunk_until_its_retraction(edb):
+    query = "How should I structure the budget tracker app and its database?"
+    for arms in ("vector", "lexical", "hybrid"):
+        top = _recall(edb, query, 1, context=CTX1, arms=arms)[0][0]
+        before = edb.execute("select clock_timestamp()").fetchone()[0]
+        edb.commit()  # the retraction's transaction time is its own transaction's start
+        edb.execute("select donto.retract(%s, 'test: superseded')", (top,))
+        edb.commit()
+        after = edb.execute("select clock_timestamp()").fetchone()[0]
+        edb.commit()
+        then = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms, as_of=before)]
+        later = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms, as_of=after)]
+        now = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms)]
+        assert top in then, arms
+        assert top not in later and top not in now, arms
+        assert len(later) == len(now) == 10
+
+
+def test_plot_recall_writes_a_png_or_names_matplotlib(report, tmp_path):
+    import importlib.util
+
+    path = tmp_path / "recall.png"
+    if importlib.util.find_spec("matplotlib") is None:
+        with pytest.raises(RuntimeError, match="matplotlib"):
+            plot_recall(report, str(path))
+        assert not path.exists()
+    else:
+        plot_recall(report, str(path))
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
