@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import psycopg
 
 from donto_pg import embedder
+from donto_pg.db import register_vector_if_present
 
 PENDING = """
 select m.statement_id, s.object_lit ->> 'v'
@@ -68,6 +69,7 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
 
     from tqdm import tqdm
 
+    register_vector_if_present(conn)  # binary COPY needs the vector type's loaders
     name, model_id, dim = register_model(conn, model)
     total = count_pending(conn, model_id, context)
     done_before = conn.execute("select count(*) from donto.embedding where model_id = %s",
