@@ -348,6 +348,80 @@ def extract(
         raise typer.Exit(1)
 
 
+# -- evaluation --------------------------------------------------------------------------
+
+eval_app = typer.Typer(help="LLM-free benchmarks.", no_args_is_help=True)
+app.add_typer(eval_app, name="eval")
+
+
+@eval_app.command("recall")
+def eval_recall(
+    path: Annotated[str, typer.Argument(
+        help="BEAM data to evaluate (loaded and embedded first if needed; idempotent).")],
+    k: Annotated[list[int] | None, typer.Option("--k", help="k values [default: 1 5 10].")] = None,
+    arms: Annotated[str, typer.Option(help="Comma-separated: vector,lexical,hybrid.")
+                    ] = "vector,lexical,hybrid",
+    scale: Annotated[str | None, typer.Option(help="Only this scale.")] = None,
+    conversation: ConversationOpt = None,
+    plot: Annotated[str | None, typer.Option(help="Write a hit@k-per-ability chart (PNG).")
+                    ] = None,
+    summaries: Annotated[bool, typer.Option(
+        "--summaries", help="Also score session summaries (reported apart from chunks).")
+    ] = False,
+    summary_k: Annotated[list[int] | None, typer.Option(
+        help="k values for summaries [default: 1 2 3].")] = None,
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Hit@k of donto.recall per ability on BEAM probing questions, with a random baseline.
+
+    hit@k = 1 when any of the top-k chunks overlaps a gold turn; abstention is left out;
+    summarization also reports the fraction of gold turns hit.
+    """
+    from donto_pg import evaluate, loader
+
+    with dbmod.connect(dsn) as conn:
+        try:
+            loaded = loader.load_beam(conn, path, scale=scale, conversations=conversation)
+        except (FileNotFoundError, ValueError) as exc:
+            raise fail(str(exc)) from exc
+        for r in loaded:
+            if not r.ok:
+                typer.secho(f"{r.conversation}: FAILED: {r.error}", fg=typer.colors.RED, err=True)
+        convs = [r.conversation for r in loaded if r.ok]
+        if not convs:
+            raise fail(f"no conversation could be loaded from {path}")
+        arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+        if set(arm_list) - {"lexical"} or summaries:
+            _embed(conn, None, context=None, progress=not as_json)
+        report = evaluate.eval_recall(conn, ks=k or (1, 5, 10), arms=arm_list,
+                                      conversations=convs)
+        if summaries:
+            from donto_pg import summaries as summod
+
+            summod.summarize_sessions(conn, conversations=convs)
+            report["summaries"] = summod.eval_summaries(
+                conn, conversations=convs, ks=summary_k or (1, 2, 3), chunk_report=report,
+                chunk_k=max(report["ks"]))
+    if plot:
+        from donto_pg import plots
+
+        try:
+            plots.plot_recall(report, plot)
+        except RuntimeError as exc:
+            raise fail(str(exc)) from exc
+    if as_json:
+        out(report, True)
+        return
+    typer.echo(evaluate.format_table(report))
+    if summaries:
+        from donto_pg import summaries as summod
+
+        typer.echo(summod.format_summary_eval(report["summaries"]))
+    if plot:
+        typer.echo(f"wrote {plot}")
+
+
 # -- measurement: A/B gate, session summaries ------------------------------------------------
 
 ProviderConfigOpt = Annotated[str | None, typer.Option(
