@@ -221,37 +221,3 @@ def format_table(report: dict[str, Any], metric: str = "hit") -> str:
     lines.append(row("macro (mean of abilities)", report["macro"]))
     return "\n".join(lines)
 
-
-def plot_recall(report: dict[str, Any], path: str, k: int | None = None) -> str:
-    """Write a PNG bar chart of hit@k per ability and arm (k: default the largest).
-
-    Needs matplotlib; raises RuntimeError naming the missing package otherwise.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise RuntimeError("plot_recall needs matplotlib (pip install matplotlib)") from exc
-    k = k or report["ks"][-1]
-    if k not in report["ks"]:
-        raise ValueError(f"k={k} was not evaluated (ks: {report['ks']})")
-    names = list(report["by_ability"]) + ["overall"]
-    blocks = [report["by_ability"][a] for a in names[:-1]] + [report["overall"]]
-    arms = report["arms"]
-    width = 0.8 / len(arms)
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(names)), 4.5))
-    for i, arm in enumerate(arms):
-        xs = [j + (i - (len(arms) - 1) / 2) * width for j in range(len(names))]
-        ax.bar(xs, [b[arm][f"hit@{k}"] for b in blocks], width, label=arm)
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([n.replace("_", "\n") for n in names], fontsize=8)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel(f"hit@{k}")
-    ax.set_title(f"donto.recall hit@{k} per ability ({report['evaluated']} questions)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path

@@ -16,7 +16,7 @@ from pytest_postgresql.janitor import DatabaseJanitor
 from donto_pg import embedder, loader
 from donto_pg.db import register_vector_if_present
 from donto_pg.embed import embed_pending
-from donto_pg.evaluate import eval_recall, format_table, plot_recall
+from donto_pg.evaluate import eval_recall, format_table
 from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.slow
@@ -270,15 +270,3 @@ def test_as_of_keeps_a_chunk_until_its_retraction(edb):
         assert top not in later and top not in now, arms
         assert len(later) == len(now) == 10
 
-
-def test_plot_recall_writes_a_png_or_names_matplotlib(report, tmp_path):
-    import importlib.util
-
-    path = tmp_path / "recall.png"
-    if importlib.util.find_spec("matplotlib") is None:
-        with pytest.raises(RuntimeError, match="matplotlib"):
-            plot_recall(report, str(path))
-        assert not path.exists()
-    else:
-        plot_recall(report, str(path))
-        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
