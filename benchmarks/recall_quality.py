@@ -19,7 +19,7 @@ import json
 import sys
 
 from donto_pg import db as dbmod
-from donto_pg.evaluate import ARMS, eval_recall, format_table, plot_recall
+from donto_pg.evaluate import ARMS, eval_recall, format_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(file=sys.stderr)
     if args.plot:
+        from donto_pg.plots import plot_recall
+
         plot_recall(report, args.plot)
     report["settings"] = args.set
     if args.json:

@@ -1129,35 +1129,41 @@ saturates with the term's frequency, and with W = donto.recall_lexical_weights
 (weight A, see donto.project_recall) count ten times the rest (D); the score is
 divided by 1 + log(chunk length).
 
-Scale: df is counted exactly up to 2,000 chunks; a more frequent lexeme takes
-the planner's estimate (pg_stats most_common_elems of x_memory_record.tsv, if
-analysed). Candidates are the chunks holding one of the most selective lexemes,
-taken rarest first while their df add up to at most the setting
-donto.recall_lexical_budget (default 20,000; at least the rarest lexeme, then at
-most that many chunks). On a conversation of a few thousand chunks that is
-every chunk holding any query lexeme: the ranking is exact.
+Exact on contexts of at most donto.recall_lexical_exact_max chunks (default
+10,000; a BEAM 1M conversation has about 3,500): every chunk of the context is
+read once, df counted, every chunk holding a query lexeme scored. Above that,
+budgeted: df is the planner's estimate (pg_stats most_common_elems of
+x_memory_record.tsv, scaled to the context; without statistics every lexeme
+counts as rare), and the candidates are at most donto.recall_lexical_budget
+(default 1,000) chunks holding one of the most selective lexemes, rarest first
+while their estimated df add up to the budget.
 */
 #variable_conflict use_column
 declare
-    v_budget integer := donto._recall_setting('recall_lexical_budget', '20000')::integer;
     v_weights float4[] := donto._recall_setting(
         'recall_lexical_weights', '{0.1,0.2,0.4,1.0}')::float4[];
-    v_cap constant integer := 2000;
+    v_exact_max bigint := donto._recall_setting('recall_lexical_exact_max', '10000')::bigint;
+    v_budget integer := donto._recall_setting('recall_lexical_budget', '1000')::integer;
     v_projs bigint[];
     v_n double precision;
-    v_terms text[] := '{}';
-    v_tqs tsquery[] := '{}';
-    v_idfs double precision[] := '{}';
-    v_dfs double precision[] := '{}';
+    v_terms text[];
+    v_tqs tsquery[];
+    v_dfs double precision[];
+    v_idfs double precision[];
     v_sel tsquery;
-    v_used bigint := 0;
-    v_df double precision;
+    v_used double precision := 0;
+    v_score text;
     r record;
 begin
+    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
+    into v_terms, v_tqs
+    from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
+          from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
+    ) as q;
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
     where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id);
-    if v_projs is null then
+    if v_tqs is null or v_projs is null then
         return;
     end if;
     select coalesce(pg_catalog.sum(x.n), 0) into v_n
@@ -1170,73 +1176,106 @@ begin
         return;
     end if;
 
-    for r in
-        select q.t, pg_catalog.quote_literal(q.t)::tsquery as tq
-        from (select distinct u.lexeme as t
-              from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
-        ) as q
-    loop
-        select pg_catalog.count(*) into v_df
-        from (select 1 from donto.x_memory_record as m
-              where m.tsv @@ r.tq and m.projection_id = any(v_projs)
-              limit v_cap) as c;
-        if v_df >= v_cap then
-            select greatest(v_cap, f.freq * v_n) into v_df
-            from pg_catalog.pg_stats as st
-            cross join lateral unnest(
-                st.most_common_elems::text::text[], st.most_common_elem_freqs
-            ) as f (elem, freq)
-            where st.schemaname = 'donto' and st.tablename = 'x_memory_record'
-                  and st.attname = 'tsv' and f.elem = r.t;
-            v_df := coalesce(v_df, v_cap);
-        end if;
-        continue when v_df = 0;
-        v_terms := v_terms || r.t;
-        v_tqs := v_tqs || r.tq;
-        v_idfs := v_idfs || pg_catalog.ln(1 + (v_n - v_df + 0.5) / (v_df + 0.5));
-        v_dfs := v_dfs || v_df;
-    end loop;
-    if pg_catalog.cardinality(v_terms) = 0 then
-        return;
-    end if;
-    -- Candidate lexemes: the most selective first, within the budget.
-    for r in
-        select t.tq, t.df from unnest(v_tqs, v_dfs) as t (tq, df)
-        order by t.df, t.tq::text
-    loop
-        exit when v_sel is not null and v_used + r.df > v_budget;
-        v_sel := case when v_sel is null then r.tq else v_sel || r.tq end;
-        v_used := v_used + r.df::bigint;
-    end loop;
-
-    return query
-    select c.statement_id, c.score
-    from (
-        select
-            m.statement_id,
-            (select pg_catalog.sum(t.idf * pg_catalog.ts_rank(v_weights, m.tsv, t.tq, 1))
-             from unnest(v_tqs, v_idfs) as t (tq, idf))::float8 as score
-        from (
-            select m0.statement_id, m0.tsv
-            from donto.x_memory_record as m0
-            where m0.tsv @@ v_sel and m0.projection_id = any(v_projs)
-            limit v_budget
-        ) as m
-        inner join donto.statement as s on m.statement_id = s.statement_id
+    if v_n <= v_exact_max then
+        -- Exact: read the context's chunks once (by projection, not through the
+        -- full-text index, whose posting lists span every context).
+        return query
+        with chunks as materialized (
+            select m.statement_id, m.tsv from donto.x_memory_record as m
+            where m.projection_id = any(v_projs)
+        ),
+        terms as (
+            select t.tq, pg_catalog.count(c.statement_id)::float8 as df
+            from pg_catalog.unnest(v_tqs) as t (tq)
+            left join chunks as c on c.tsv @@ t.tq
+            group by t.tq
+        ),
+        scored as (
+            select
+                c.statement_id,
+                pg_catalog.sum(
+                    pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5))
+                    * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
+                )::float8 as score
+            from chunks as c
+            inner join terms as t on c.tsv @@ t.tq
+            group by c.statement_id
+        )
+        select sc.statement_id, sc.score
+        from scored as sc
+        inner join donto.statement as s on sc.statement_id = s.statement_id
         where (p_as_of is null or s.tx_from <= p_as_of)
               and not exists (
                   select 1 from donto.retraction as rt
-                  where rt.statement_id = m.statement_id
+                  where rt.statement_id = sc.statement_id
                         and (p_as_of is null or rt.tx_from <= p_as_of))
-    ) as c
-    order by c.score desc, c.statement_id
-    limit p_pool;
+        order by sc.score desc, sc.statement_id
+        limit p_pool;
+        return;
+    end if;
+
+    -- Budgeted: df estimated from the column statistics.
+    select
+        pg_catalog.array_agg(e.df order by e.i),
+        pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
+    into v_dfs, v_idfs
+    from (
+        select t.i, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
+        from pg_catalog.unnest(v_terms) with ordinality as t (t, i)
+        left join (
+            select
+                x.most_common_elems::text::text[] as elems,
+                x.most_common_elem_freqs as freqs,
+                x.most_common_elem_freqs[pg_catalog.array_length(x.most_common_elem_freqs, 1) - 2]
+                    as minfreq
+            from pg_catalog.pg_stats as x
+            where x.schemaname = 'donto' and x.tablename = 'x_memory_record'
+                  and x.attname = 'tsv'
+        ) as st on true
+        left join lateral (
+            select u.freq from unnest(st.elems, st.freqs) as u (elem, freq) where u.elem = t.t
+        ) as f on true
+    ) as e;
+    for r in
+        select t.tq, t.df from unnest(v_tqs, v_dfs) as t (tq, df) order by t.df, t.tq::text
+    loop
+        exit when v_sel is not null and v_used + r.df > v_budget;
+        v_sel := case when v_sel is null then r.tq else v_sel || r.tq end;
+        v_used := v_used + r.df;
+    end loop;
+    -- The score as one expression (a sum of ts_rank calls with literal weights).
+    select pg_catalog.string_agg(pg_catalog.format(
+        '%s::float8 * pg_catalog.ts_rank($4, m.tsv, %L::tsquery, 1)', t.idf, t.tq::text), ' + ')
+    into v_score
+    from unnest(v_tqs, v_idfs) as t (tq, idf);
+
+    return query execute pg_catalog.format($q$
+        select c.statement_id, c.score
+        from (
+            select m.statement_id, (%s)::float8 as score
+            from (
+                select m0.statement_id, m0.tsv
+                from donto.x_memory_record as m0
+                where m0.tsv @@ $1 and m0.projection_id = any($2)
+                limit $5
+            ) as m
+        ) as c
+        where ($3::timestamptz is null
+               or exists (select 1 from donto.statement as s
+                          where s.statement_id = c.statement_id and s.tx_from <= $3))
+              and not exists (
+                  select 1 from donto.retraction as rt
+                  where rt.statement_id = c.statement_id
+                        and ($3::timestamptz is null or rt.tx_from <= $3))
+        order by c.score desc, c.statement_id
+        limit $6 $q$, v_score)
+    using v_sel, v_projs, p_as_of, v_weights, v_budget, p_pool;
 end;
 $$;
 
 comment on function donto._recall_lexical(text, bigint, timestamptz, integer) is
 'Lexical arm of donto.recall: BM25-like (idf x saturating ts_rank, user words weighted up), '
-'exact on conversations, budgeted on very large contexts.';
+'exact up to 10,000 chunks, budgeted above.';
 
 create or replace function donto.recall_by_vector(
     embedding vector,
@@ -1260,11 +1299,12 @@ as $$
 /*
 Top-K recall chunks for a query vector (and its text, for the lexical arm).
 
-ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates
-(default max(10 k, 100)): the vector arm by cosine distance (an exact scan when
-the searched chunks are at most donto.recall_exact_max, default 50,000; above
-that HNSW with iterative scans, so filters never return fewer than k rows), the
-lexical arm by donto._recall_lexical.
+ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates: the
+vector arm by cosine distance, the lexical arm by donto._recall_lexical. When
+the searched chunks are at most donto.recall_exact_max (default 50,000) the
+vector arm scans them exactly and POOL defaults to max(10 k, 100); above that it
+uses the HNSW index with iterative scans (filters never return fewer than k
+rows) and POOL defaults to max(4 k, 40) (hnsw.ef_search = POOL, at least 40).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -1287,7 +1327,7 @@ declare
     v_model integer;
     v_dim integer;
     v_ctx bigint;
-    v_pool integer := coalesce(pool, greatest(k * 10, 100));
+    v_pool integer;
     v_exact boolean := true;
     v_exact_max bigint := donto._recall_setting('recall_exact_max', '50000')::bigint;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
@@ -1303,8 +1343,8 @@ begin
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
-    if v_pool < k then
-        raise exception 'donto.recall: pool (%) must be >= k (%)', v_pool, k using errcode = '22023';
+    if pool < k then
+        raise exception 'donto.recall: pool (%) must be >= k (%)', pool, k using errcode = '22023';
     end if;
     if arms is null or arms not in ('vector', 'lexical', 'hybrid') then
         raise exception 'donto.recall: arms must be vector, lexical or hybrid, not %', arms
@@ -1336,19 +1376,23 @@ begin
             raise exception 'donto.recall: query vector has % dimensions, the model %',
                 vector_dims(embedding), v_dim using errcode = '22023';
         end if;
-        -- How many chunks are searched (from the projections' chunk counts: an
-        -- index probe each). Few: an exact scan. Many: HNSW, with iterative
-        -- scans so that filtering never returns fewer than k rows.
-        select coalesce(pg_catalog.sum(x.n), 0) into v_n
-        from donto.projection as p
-        cross join lateral (
-            select pg_catalog.max(m.chunk_index) + 1 as n
-            from donto.x_memory_record as m where m.projection_id = p.projection_id
-        ) as x
-        where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
-        v_exact := v_n <= v_exact_max;
+    end if;
+    -- How many chunks are searched (from the projections' chunk counts: an index
+    -- probe each). Few: an exact scan. Many: HNSW, with iterative scans so that
+    -- filtering never returns fewer than k rows, and a smaller default pool.
+    select coalesce(pg_catalog.sum(x.n), 0) into v_n
+    from donto.projection as p
+    cross join lateral (
+        select pg_catalog.max(m.chunk_index) + 1 as n
+        from donto.x_memory_record as m where m.projection_id = p.projection_id
+    ) as x
+    where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
+    v_exact := v_n <= v_exact_max;
+    v_pool := coalesce(pool, case when v_exact then greatest(k * 10, 100)
+                                  else greatest(k * 4, 40) end);
+    if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
-        perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(100, v_pool))::text,
+        perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(40, v_pool))::text,
                                       true);
     end if;
 

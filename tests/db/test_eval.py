@@ -151,11 +151,20 @@ def test_gold_chunk_text_queried_verbatim_is_hit_at_1_by_lexical(edb):
     assert got["overall"]["lexical"]["hit@1"] == 1.0
 
 
-@pytest.mark.parametrize("exact_max", ["50000", "0"])  # exact scan; HNSW with filtering
+def _scan(conn, exact: bool) -> None:
+    """Exact scans (the default on small contexts), or HNSW and the budgeted lexical arm."""
+    for name in ("donto.recall_exact_max", "donto.recall_lexical_exact_max"):
+        if exact:
+            conn.execute(f"reset {name}")
+        else:
+            conn.execute("select set_config(%s, '0', false)", (name,))
+    conn.commit()
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "hnsw-budgeted"])
 @pytest.mark.parametrize("arms", ["vector", "lexical", "hybrid"])
-def test_filtered_recall_returns_k_rows_of_the_asked_context(edb, exact_max, arms):
-    edb.execute("select set_config('donto.recall_exact_max', %s, false)", (exact_max,))
-    edb.commit()
+def test_filtered_recall_returns_k_rows_of_the_asked_context(edb, exact, arms):
+    _scan(edb, exact)
     try:
         n1 = edb.execute("select count(*) from donto.statement s join donto.context c "
                          "using (context_id) where c.iri = %s", (CTX1,)).fetchone()[0]
@@ -170,8 +179,7 @@ def test_filtered_recall_returns_k_rows_of_the_asked_context(edb, exact_max, arm
         rows = _recall(edb, query, 10, context=None, arms=arms)
         assert len(rows) == 10
     finally:
-        edb.execute("reset donto.recall_exact_max")
-        edb.commit()
+        _scan(edb, True)
 
 
 def test_vector_arm_query_shape_can_use_the_hnsw_index(edb):
@@ -253,20 +261,27 @@ def test_reader_can_call_recall_from_sql(edb):
         edb.commit()
 
 
-def test_as_of_keeps_a_chunk_until_its_retraction(edb):
-    query = "How should I structure the budget tracker app and its database?"
-    for arms in ("vector", "lexical", "hybrid"):
-        top = _recall(edb, query, 1, context=CTX1, arms=arms)[0][0]
-        before = edb.execute("select clock_timestamp()").fetchone()[0]
-        edb.commit()  # the retraction's transaction time is its own transaction's start
-        edb.execute("select donto.retract(%s, 'test: superseded')", (top,))
-        edb.commit()
-        after = edb.execute("select clock_timestamp()").fetchone()[0]
-        edb.commit()
-        then = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms, as_of=before)]
-        later = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms, as_of=after)]
-        now = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms)]
-        assert top in then, arms
-        assert top not in later and top not in now, arms
-        assert len(later) == len(now) == 10
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "hnsw-budgeted"])
+def test_as_of_keeps_a_chunk_until_its_retraction(edb, exact):
+    query = ("How should I structure the budget tracker app and its database?" if exact
+             else "Which Flask routes and database models does the tracker need?")
+    _scan(edb, exact)
+    try:
+        for arms in ("vector", "lexical", "hybrid"):
+            top = _recall(edb, query, 1, context=CTX1, arms=arms)[0][0]
+            before = edb.execute("select clock_timestamp()").fetchone()[0]
+            edb.commit()  # the retraction's transaction time is its own transaction's start
+            edb.execute("select donto.retract(%s, 'test: superseded')", (top,))
+            edb.commit()
+            after = edb.execute("select clock_timestamp()").fetchone()[0]
+            edb.commit()
+            then = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms, as_of=before)]
+            later = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms, as_of=after)]
+            now = [r[0] for r in _recall(edb, query, 10, context=CTX1, arms=arms)]
+            assert top in then, arms
+            assert top not in later and top not in now, arms
+            assert len(later) == len(now) == 10
+    finally:
+        edb.rollback()
+        _scan(edb, True)
 
