@@ -242,6 +242,7 @@ create or replace function donto._recall_lexical(
 returns table (statement_id bigint, score double precision)
 language plpgsql
 stable
+rows 100
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
@@ -264,7 +265,8 @@ budgeted: df is the planner's estimate (pg_stats most_common_elems of
 x_memory_record.tsv, scaled to the context; without statistics every lexeme
 counts as rare), and the candidates are at most donto.recall_lexical_budget
 (default 1,000) chunks holding one of the most selective lexemes, rarest first
-while their estimated df add up to the budget.
+while their estimated df add up to the budget (all lexemes if that yields fewer
+than P_POOL chunks). df and N count retracted chunks too.
 */
 #variable_conflict use_column
 declare
@@ -279,8 +281,12 @@ declare
     v_dfs double precision[];
     v_idfs double precision[];
     v_sel tsquery;
+    v_all tsquery;
     v_used double precision := 0;
     v_score text;
+    v_sql text;
+    v_ids bigint[];
+    v_scores double precision[];
     r record;
 begin
     select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
@@ -367,7 +373,8 @@ begin
     for r in
         select t.tq, t.df from unnest(v_tqs, v_dfs) as t (tq, df) order by t.df, t.tq::text
     loop
-        exit when v_sel is not null and v_used + r.df > v_budget;
+        v_all := case when v_all is null then r.tq else v_all || r.tq end;
+        continue when v_sel is not null and v_used + r.df > v_budget;
         v_sel := case when v_sel is null then r.tq else v_sel || r.tq end;
         v_used := v_used + r.df;
     end loop;
@@ -377,8 +384,11 @@ begin
     into v_score
     from unnest(v_tqs, v_idfs) as t (tq, idf);
 
-    return query execute pg_catalog.format($q$
-        select c.statement_id, c.score
+    v_sql := pg_catalog.format($q$
+        select
+            pg_catalog.array_agg(c.statement_id order by c.score desc, c.statement_id),
+            pg_catalog.array_agg(c.score order by c.score desc, c.statement_id)
+        from (select c.statement_id, c.score
         from (
             select m.statement_id, (%s)::float8 as score
             from (
@@ -396,8 +406,16 @@ begin
                   where rt.statement_id = c.statement_id
                         and ($3::timestamptz is null or rt.tx_from <= $3))
         order by c.score desc, c.statement_id
-        limit $6 $q$, v_score)
+        limit $6) as c $q$, v_score);
+    execute v_sql into v_ids, v_scores
     using v_sel, v_projs, p_as_of, v_weights, v_budget, p_pool;
+    if coalesce(pg_catalog.cardinality(v_ids), 0) < p_pool
+       and pg_catalog.numnode(v_sel) < pg_catalog.numnode(v_all) then
+        -- The estimates were off (fewer candidates than wanted): every lexeme.
+        execute v_sql into v_ids, v_scores
+        using v_all, v_projs, p_as_of, v_weights, v_budget, p_pool;
+    end if;
+    return query select u.id, u.score from unnest(v_ids, v_scores) as u (id, score);
 end;
 $$;
 
@@ -546,7 +564,7 @@ begin
         lex as (
             select l.statement_id,
                    pg_catalog.row_number() over (order by l.score desc, l.statement_id) as r
-            from donto._recall_lexical($6, $2, $3, $4) as l
+            from (select * from donto._recall_lexical($6, $2, $3, $4) limit $4) as l
             where $7
         ),
         cand as (
@@ -554,9 +572,15 @@ begin
             from vec as v full outer join lex as l on v.statement_id = l.statement_id
         ),
         folded as (
+            -- Laterals with LIMIT: one index probe per candidate, whatever the
+            -- planner guesses about the number of candidates.
             select coalesce(hs.statement_id, c.statement_id) as unit_id, c.vr, c.lr
             from cand as c
-            inner join donto.x_memory_record as m on c.statement_id = m.statement_id
+            cross join lateral (
+                select m0.revision_id, m0.projection_id, m0.char_end
+                from donto.x_memory_record as m0 where m0.statement_id = c.statement_id
+                limit 1
+            ) as m
             left join lateral (
                 select t.header_start from donto.turn as t
                 where $8 and t.revision_id = m.revision_id and t.role = 'user'
@@ -571,13 +595,16 @@ begin
                 order by hm.char_start desc
                 limit 1
             ) as hm on true
-            left join donto.statement as hs
-                on hm.statement_id = hs.statement_id
-                   and ($3::timestamptz is null or hs.tx_from <= $3)
-                   and not exists (
-                       select 1 from donto.retraction as rt
-                       where rt.statement_id = hs.statement_id
-                             and ($3::timestamptz is null or rt.tx_from <= $3))
+            left join lateral (
+                select hs0.statement_id from donto.statement as hs0
+                where hs0.statement_id = hm.statement_id
+                      and ($3::timestamptz is null or hs0.tx_from <= $3)
+                      and not exists (
+                          select 1 from donto.retraction as rt
+                          where rt.statement_id = hs0.statement_id
+                                and ($3::timestamptz is null or rt.tx_from <= $3))
+                limit 1
+            ) as hs on true
         ),
         units as (
             select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr
@@ -611,7 +638,13 @@ begin
                  + coalesce(1.0 / ($9 + tiers.lr), 0))::float8 as score
             from tiers
         ) as q
-        inner join donto.statement as s on q.unit_id = s.statement_id
+        cross join lateral (
+            select
+                s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
+                s0.object_lit, s0.valid_time
+            from donto.statement as s0 where s0.statement_id = q.unit_id
+            limit 1
+        ) as s
         order by q.tier,
                  pg_catalog.round(q.score::numeric, 9) desc,
                  pg_catalog.upper(s.valid_time) desc nulls last,
