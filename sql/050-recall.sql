@@ -450,7 +450,9 @@ vector arm by cosine distance, the lexical arm by donto._recall_lexical. When
 the searched chunks are at most donto.recall_exact_max (default 50,000) the
 vector arm scans them exactly and POOL defaults to max(10 k, 100); above that it
 uses the HNSW index with iterative scans (filters never return fewer than k
-rows) and POOL defaults to max(4 k, 40) (hnsw.ef_search = POOL, at least 40).
+rows) and POOL defaults to max(4 k, 40); hnsw.ef_search is 1.1 POOL times the
+index's rows per searched chunk, that ratio capped at 2 (at least 40, at most
+1,000).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -479,6 +481,7 @@ declare
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
     v_n bigint;
+    v_total double precision;
     v_rows integer := 0;
     v_kept int8range[] := '{}';
     v_kept_rev bigint[] := '{}';
@@ -538,8 +541,14 @@ begin
                                   else greatest(k * 4, 40) end);
     if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
-        perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(40, v_pool))::text,
-                                      true);
+        -- ef_search: the pool, widened by the share of the index that is outside
+        -- the searched context(s) (at most twice), so that one pass usually
+        -- yields the pool on a large context; iterative scans do the rest.
+        select greatest(1, c.reltuples)::float8 into v_total
+        from pg_catalog.pg_class as c where c.oid = 'donto.embedding'::regclass;
+        perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(
+            40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
+        ))::integer::text, true);
     end if;
 
     for r in execute pg_catalog.format($q$
