@@ -130,10 +130,14 @@ def build_context(conn: psycopg.Connection, name: str, n: int, model_id: int,
         "order by statement_id", (ctx, doc, rev))
     conn.execute(
         "insert into donto.x_memory_record (statement_id, projection_id, revision_id, "
-        "chunk_index, char_start, char_end, tsv) "
-        "select s.statement_id, %s, %s, (s.statement_id - %s)::int, s.char_start, s.char_end, "
-        "t.tsv from _syn_stmt s join _syn_tsv t on t.j = (s.statement_id - %s) %% %s "
-        "order by s.statement_id", (proj, rev, first, first, m))
+        "chunk_index, char_start, char_end) "
+        "select s.statement_id, %s, %s, (s.statement_id - %s)::int, s.char_start, s.char_end "
+        "from _syn_stmt s order by s.statement_id", (proj, rev, first))
+    conn.execute(
+        "insert into donto.x_memory_lexical (statement_id, projection_id, tsv) "
+        "select s.statement_id, %s, t.tsv "
+        "from _syn_stmt s join _syn_tsv t on t.j = (s.statement_id - %s) %% %s "
+        "order by s.statement_id", (proj, first, m))
     # an exchange every 4 chunks: a user turn opens it, the assistant's reply fills it
     conn.execute(
         "insert into donto.turn (revision_id, seq, turn_id, role, session, exchange, "
@@ -191,6 +195,7 @@ def build_synthetic(dsn: str, log) -> None:
             conn.execute("vacuum analyze donto.embedding")
             conn.execute("vacuum analyze donto.statement")
             conn.execute("vacuum analyze donto.x_memory_record")
+            conn.execute("vacuum analyze donto.x_memory_lexical")
             conn.execute("vacuum analyze donto.turn")
 
 

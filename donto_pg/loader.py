@@ -70,8 +70,11 @@ def question_rows(questions: Iterable[beam.Question]) -> list[dict[str, object]]
 
 
 def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
-                      window_chars: int = 1200) -> LoadResult:
-    """Load one conversation in one transaction (committed on success, rolled back on error)."""
+                      window_chars: int = 1200, lexical: bool = True) -> LoadResult:
+    """Load one conversation in one transaction (committed on success, rolled back on error).
+
+    LEXICAL=False leaves the full-text vectors for a later ``donto.index_lexical``.
+    """
     res = LoadResult(conv.conversation_id, ok=False, warnings=list(conv.warnings))
     res.skipped = [f"{q.ability}[{q.index}]: {note}" for q in conv.questions for note in q.skipped]
     try:
@@ -92,8 +95,9 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
             res.questions = conn.execute(
                 "select donto.record_questions(%s, %s)",
                 (rev, json.dumps(question_rows(conv.questions), ensure_ascii=False))).fetchone()[0]
-            res.chunks = conn.execute("select donto.project_recall(%s, %s)",
-                                      (rev, window_chars)).fetchone()[0]
+            res.chunks = conn.execute(
+                "select donto.project_recall(%s, %s, lexical => %s)",
+                (rev, window_chars, lexical)).fetchone()[0]
         res.revision_id, res.new_revision, res.chars = rev, existed is None, len(body)
         res.ok = True
     except (psycopg.Error, ValueError) as exc:
@@ -105,7 +109,7 @@ def load_beam(conn: psycopg.Connection, path: str, *, scale: str | None = None,
               conversations: list[str] | None = None, window_chars: int = 1200,
               on_result: Callable[[LoadResult], None] | None = None,
               jobs: int = 1, connect: Callable[[], psycopg.Connection] | None = None,
-              ) -> list[LoadResult]:
+              lexical: bool = True) -> list[LoadResult]:
     """Load every conversation found at PATH; failures are reported, not raised.
 
     With JOBS > 1 (and CONNECT, a factory of new connections) conversations load
@@ -116,7 +120,7 @@ def load_beam(conn: psycopg.Connection, path: str, *, scale: str | None = None,
     def one(item, c: psycopg.Connection) -> LoadResult:
         if isinstance(item, beam.BeamFormatError):
             return LoadResult(item.conversation_id or "?", ok=False, error=str(item))
-        return load_conversation(c, item, window_chars)
+        return load_conversation(c, item, window_chars, lexical)
 
     if jobs <= 1 or connect is None:
         results = []

@@ -222,15 +222,16 @@ def test_exchange_folding_returns_the_users_words(edb):
 
 
 def test_user_words_carry_weight_a_in_the_full_text_vector(edb):
-    """project_recall: the A-weighted lexemes of a chunk are exactly those of its user text."""
+    """index_lexical: the A-weighted lexemes of a chunk are exactly those of its user text."""
     rev = edb.execute("select revision_id from donto.revision r join donto.document d "
                       "using (document_id) where d.iri = 'beam:100K/13'").fetchone()[0]
     users = edb.execute("select char_start, char_end from donto.turn where revision_id = %s "
                         "and role = 'user' order by seq", (rev,)).fetchall()
     chunks = edb.execute(
         "select m.char_start, m.char_end, s.object_lit ->> 'v', "
-        "tsvector_to_array(ts_filter(m.tsv, '{a}')), tsvector_to_array(m.tsv) "
+        "tsvector_to_array(ts_filter(l.tsv, '{a}')), tsvector_to_array(l.tsv) "
         "from donto.x_memory_record m join donto.statement s using (statement_id) "
+        "join donto.x_memory_lexical l using (statement_id) "
         "where m.revision_id = %s order by m.chunk_index", (rev,)).fetchall()
     with_a = 0
     for start, end, text, a_lexemes, all_lexemes in chunks:

@@ -20,8 +20,8 @@ CONV13 = EXAMPLES / "chats" / "100K" / "13"
 
 
 def counts(conn) -> dict[str, int]:
-    tables = ["document", "revision", "turn", "statement", "x_memory_record", "projection",
-              "probe_question", "context"]
+    tables = ["document", "revision", "turn", "statement", "x_memory_record",
+              "x_memory_lexical", "projection", "probe_question", "context"]
     return {t: conn.execute(f"select count(*) from donto.{t}").fetchone()[0] for t in tables}
 
 
@@ -86,6 +86,25 @@ def test_loading_twice_creates_nothing_new(db):
     assert db.execute("select donto.project_recall(%s)", (first[0].revision_id,)).fetchone()[0] \
         == first[0].chunks
     assert counts(db) == before
+
+
+def test_deferred_full_text_vectors_equal_the_one_pass_ones(db):
+    """lexical=False leaves the vectors to donto.index_lexical, which adds exactly them, once."""
+    res = loader.load_beam(db, str(CONV13), lexical=False)
+    rev, n = res[0].revision_id, res[0].chunks
+    assert n > 0 and counts(db)["x_memory_lexical"] == 0
+    assert db.execute("select donto.index_lexical(%s)", (rev,)).fetchone()[0] == n
+    assert db.execute("select donto.index_lexical(%s)", (rev,)).fetchone()[0] == 0
+    # the same windows in a second context, projected in one pass
+    assert db.execute("select donto.project_recall(%s, 1200, 'ctx:test/one-pass')",
+                      (rev,)).fetchone()[0] == n
+    deferred, one_pass = (db.execute(
+        "select array_agg(l.tsv::text order by m.chunk_index) from donto.x_memory_record m "
+        "join donto.x_memory_lexical l using (statement_id) join donto.projection p "
+        "on p.projection_id = m.projection_id join donto.context c on c.context_id = p.context_id "
+        "where c.iri = %s", (ctx,)).fetchone()[0]
+        for ctx in ("ctx:memory/episodic/beam/100K/13", "ctx:test/one-pass"))
+    assert len(deferred) == n and deferred == one_pass
 
 
 def test_gold_turns_resolve_to_spans(db):

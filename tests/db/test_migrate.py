@@ -93,6 +93,40 @@ def test_fresh_install_equals_install_then_upgrade(fresh_db):
     assert catalog(direct) == catalog(stepwise)
 
 
+def test_upgrade_to_007_moves_the_full_text_vectors_unchanged(fresh_db):
+    """007 moves x_memory_record.tsv into x_memory_lexical: same vectors, nothing lost."""
+    conn = fresh_db()
+    migrate.migrate(conn, upto="006")
+    conn.execute("""
+        with d as (insert into donto.document (iri) values ('test:007') returning document_id),
+        r as (insert into donto.revision (document_id, sha256, body, body_chars)
+              select document_id, sha256('ab'::bytea), 'ab', 2 from d
+              returning revision_id, document_id),
+        c as (insert into donto.context (iri) values ('ctx:test/007') returning context_id),
+        p as (insert into donto.projection (revision_id, kind, strategy, context_id)
+              select revision_id, 'recall', 'fixed-window', context_id from r, c
+              returning projection_id, revision_id),
+        s as (insert into donto.statement (subject, predicate, object_lit, context_id)
+              select 'chunk:' || g, 'mem:episodic/chunk', jsonb_build_object('v', 'x'), context_id
+              from c, generate_series(0, 1) as g returning statement_id)
+        insert into donto.x_memory_record (statement_id, projection_id, revision_id,
+                                           chunk_index, char_start, char_end, tsv)
+        select s.statement_id, p.projection_id, p.revision_id,
+               row_number() over (order by s.statement_id) - 1, 0, 1,
+               setweight(to_tsvector('english', 'moved to Berlin ' || s.statement_id), 'A')
+        from s, p""")
+    before = conn.execute("select statement_id, projection_id, tsv::text "
+                          "from donto.x_memory_record order by 1").fetchall()
+    conn.commit()
+    assert migrate.migrate(conn)[-1] == "007-recall-lexical.sql"
+    after = conn.execute("select statement_id, projection_id, tsv::text "
+                         "from donto.x_memory_lexical order by 1").fetchall()
+    assert after == before and len(after) == 2
+    assert conn.execute("select count(*) from pg_attribute where attrelid = "
+                        "'donto.x_memory_record'::regclass and attname = 'tsv' "
+                        "and not attisdropped").fetchone()[0] == 0
+
+
 def test_tampered_migration_is_refused(db, tmp_path, monkeypatch):
     copy = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS_DIR, copy)
