@@ -73,7 +73,7 @@ def load_runs(dsn: str | None, path: str, jobs: int) -> list[dict[str, object]]:
         runs.append(_row(f"second load (idempotent), {jobs} job(s)", res, dt))
         # projection A alone, in SQL: a second window size over every revision
         with psycopg.connect(url) as conn:
-            for lexical in (False, True):
+            for lexical in (True, False):  # true first: it vectors only its own chunks
                 t = time.perf_counter()
                 rows = conn.execute(
                     "select donto.project_recall(revision_id, %s, lexical => %s) "
