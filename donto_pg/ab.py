@@ -431,48 +431,22 @@ def _extract_arm(conn_factory: ConnFactory, main: psycopg.Connection, arm: ArmSp
     """Run the arm's extraction (its own run, its own blocks) with the live alarm."""
     from donto_pg import extract as ex
 
-    descr = ex.provider_descriptions(pool)
-    run_params = json.dumps(arm.params if arm.strategy == "semantic" else {})
-    run_id, resumed = main.execute(
-        "select run_id, resumed from donto.start_extraction_run(%s, %s, null, %s)",
-        (json.dumps(descr), run_params, f"ab/{arm.name}")).fetchone()
-    run_key, label, is_baseline, templates, params = main.execute(
-        "select run_key, label, is_baseline, templates, params from donto.extraction_run "
-        "where run_id = %s", (run_id,)).fetchone()
-    pending = [r[0] for r in main.execute(
-        "select block_id from donto.ab_pending_blocks(%s, %s, %s)",
-        (arm.name, run_id, revisions)).fetchall()]
-    main.commit()
-    progress = ex.Progress(run_id=run_id, label=label, is_baseline=is_baseline,
-                           total=len(pending))
-    report = ex.ExtractionReport(
-        run_id=run_id, run_key=run_key, label=label, is_baseline=is_baseline, providers=descr,
-        templates=dict(templates), params=dict(params), revisions=revisions, resumed=resumed,
-        progress=progress, note=ex.BASELINE_NOTE if is_baseline else None)
-    _emit(on_event, "extract", arm=arm.name, run_id=run_id, label=label, resumed=resumed,
-          pending=len(pending))
+    def pending(run_id: int, _limit: int | None) -> list[int]:
+        return [r[0] for r in main.execute(
+            "select block_id from donto.ab_pending_blocks(%s, %s, %s)",
+            (arm.name, run_id, revisions)).fetchall()]
 
     def progressed(p) -> None:
         _emit(on_event, "progress", arm=arm.name, progress=p.as_dict())
 
-    workers = ex._Workers(conn_factory)
-    try:
-        # The extractor's own loop and alarm (donto_pg.extract), fed with the arm's blocks.
-        ex._loop(main, workers, pool, report, pending, concurrency=concurrency,
-                 alarm_after=alarm_after, max_injection=reject_injection,
-                 min_anchor=reject_anchor, max_consecutive_failures=10,
-                 on_progress=progressed)
-    finally:
-        workers.close()
-    left = main.execute("select count(*) from donto.ab_pending_blocks(%s, %s, %s)",
-                        (arm.name, run_id, revisions)).fetchone()[0]
-    main.commit()
-    report.pending_after = left
-    report.run = ex._stats(main, run_id)
-    if report.stopped is None and left == 0:
-        ex._event(main, run_id, "finished", {"session": progress.as_dict(), "pending": 0,
-                                             "ab_arm": arm.name})
-    return report
+    # The extractor's own run, loop and alarm (donto_pg.extract), fed with the arm's blocks.
+    _emit(on_event, "extract", arm=arm.name)
+    return ex.extract_blocks(
+        main, conn_factory, pool, revisions=revisions, pending=pending,
+        run_params=arm.params if arm.strategy == "semantic" else {}, run_name=f"ab/{arm.name}",
+        concurrency=concurrency, alarm_after=alarm_after, max_injection=reject_injection,
+        min_anchor=reject_anchor, max_consecutive_failures=10, on_progress=progressed,
+        event_detail={"ab_arm": arm.name})
 
 
 def _recall_pass(main: psycopg.Connection, arm: ArmSpec, revisions: list[int],

@@ -428,46 +428,87 @@ def run_extraction(
         raise ValueError("limit must be >= 0")
     pool = providers or ProviderPool.baseline()
     main = conn_factory()
-    workers = _Workers(conn_factory)
     try:
         revisions = resolve_revisions(main, revision_ids, conversations)
         p = json.dumps(dict(params or {}))
         for rev in revisions:
             main.execute("select donto.project_extraction(%s, %s)", (rev, p))
             main.commit()
-        descr = provider_descriptions(pool)
-        run_id, resumed = main.execute(
-            "select run_id, resumed from donto.start_extraction_run(%s, %s, null, %s)",
-            (json.dumps(descr), p, run_name)).fetchone()
-        run = main.execute(
-            "select run_key, label, is_baseline, templates, params "
-            "from donto.extraction_run where run_id = %s", (run_id,)).fetchone()
-        main.commit()
-        run_key, label, is_baseline, templates, run_params = run
-        pending = _pending(main, run_id, revisions, limit)
-        progress = Progress(run_id=run_id, label=label, is_baseline=is_baseline,
-                            total=len(pending))
-        report = ExtractionReport(
-            run_id=run_id, run_key=run_key, label=label, is_baseline=is_baseline,
-            providers=descr, templates=dict(templates), params=dict(run_params),
-            revisions=revisions, resumed=resumed, progress=progress,
-            note=BASELINE_NOTE if is_baseline else None)
-        _loop(main, workers, pool, report, pending, concurrency=concurrency,
+        return extract_blocks(
+            main, conn_factory, pool, revisions=revisions,
+            pending=lambda run_id, lim: _pending(main, run_id, revisions, lim),
+            run_params=params, run_name=run_name, limit=limit, concurrency=concurrency,
+            alarm_after=alarm_after, max_injection=max_injection, min_anchor=min_anchor,
+            max_consecutive_failures=max_consecutive_failures, on_progress=on_progress)
+    finally:
+        main.close()
+
+
+def extract_blocks(
+    main: psycopg.Connection,
+    conn_factory: ConnFactory,
+    pool: ProviderPool,
+    *,
+    revisions: list[int],
+    pending: Callable[[int, int | None], list[int]],
+    run_params: Mapping[str, Any] | None = None,
+    run_name: str | None = None,
+    limit: int | None = None,
+    concurrency: int = 4,
+    alarm_after: int = 500,
+    max_injection: float = 0.02,
+    min_anchor: float = 0.4,
+    max_consecutive_failures: int = 10,
+    on_progress: Callable[[Progress], None] | None = None,
+    event_detail: Mapping[str, Any] | None = None,
+) -> ExtractionReport:
+    """One extraction run (started or resumed) over the blocks ``pending(run_id, limit)``
+    lists, with the live alarm: the loop behind ``run_extraction`` and the A/B gate's arms.
+
+    MAIN is the caller's connection; each worker opens its own with CONN_FACTORY.
+    The run ends with a ``finished`` event, or ``paused`` when blocks are left
+    (LIMIT reached: stopped ``limit``; blocks every provider failed on: stopped
+    ``incomplete``); EVENT_DETAIL is added to that event.
+    """
+    descr = provider_descriptions(pool)
+    run_id, resumed = main.execute(
+        "select run_id, resumed from donto.start_extraction_run(%s, %s, null, %s)",
+        (json.dumps(descr), json.dumps(dict(run_params or {})), run_name)).fetchone()
+    run_key, label, is_baseline, templates, params = main.execute(
+        "select run_key, label, is_baseline, templates, params "
+        "from donto.extraction_run where run_id = %s", (run_id,)).fetchone()
+    main.commit()
+    todo = pending(run_id, limit)
+    main.commit()
+    progress = Progress(run_id=run_id, label=label, is_baseline=is_baseline, total=len(todo))
+    report = ExtractionReport(
+        run_id=run_id, run_key=run_key, label=label, is_baseline=is_baseline,
+        providers=descr, templates=dict(templates), params=dict(params),
+        revisions=revisions, resumed=resumed, progress=progress,
+        note=BASELINE_NOTE if is_baseline else None)
+    workers = _Workers(conn_factory)
+    try:
+        _loop(main, workers, pool, report, todo, concurrency=concurrency,
               alarm_after=alarm_after, max_injection=max_injection, min_anchor=min_anchor,
               max_consecutive_failures=max_consecutive_failures, on_progress=on_progress)
-        report.run = _stats(main, run_id)
-        report.pending_after = len(_pending(main, run_id, revisions, None))
-        if report.stopped is None and report.pending_after:
-            report.stopped = "limit"
-            report.reason = f"{report.pending_after} blocks still pending (limit {limit})"
-        if report.stopped in (None, "limit"):
-            event = "finished" if report.stopped is None else "paused"
-            _event(main, run_id, event, {"session": progress.as_dict(),
-                                         "pending": report.pending_after})
-        return report
     finally:
         workers.close()
-        main.close()
+    report.run = _stats(main, run_id)
+    report.pending_after = len(pending(run_id, None))
+    main.commit()
+    if report.stopped is None and report.pending_after:
+        if limit is not None:
+            report.stopped = "limit"
+            report.reason = f"{report.pending_after} blocks still pending (limit {limit})"
+        else:
+            report.stopped = "incomplete"
+            report.reason = (f"{report.pending_after} blocks still pending: every provider "
+                             "failed on them (run again to retry)")
+    if report.stopped in (None, "limit", "incomplete"):
+        event = "finished" if report.stopped is None else "paused"
+        _event(main, run_id, event, {"session": progress.as_dict(),
+                                     "pending": report.pending_after, **(event_detail or {})})
+    return report
 
 
 def _loop(
