@@ -662,6 +662,27 @@ def test_fatal_provider_error_stops_the_run(db, small):
     assert db.execute("select status from donto.extraction_run_status").fetchone()[0] == "failed"
 
 
+def test_blocks_every_provider_failed_on_leave_the_run_incomplete(db, small):
+    """A block that fails on every attempt stays pending: the run pauses 'incomplete',
+    and the next run retries exactly that block."""
+    n_blocks = len(blocks_of(db, small))
+    with FakeLLM(ANSWERS) as fake:
+        fake.fail_when("Berlin", FakeLLM.server_error(500), times=2)  # both attempts
+        report = extract.run_extraction(factory(db), revision_ids=[small],
+                                        providers=pool_for(fake, max_retries=1),
+                                        concurrency=1, alarm_after=0)
+        assert report.stopped == "incomplete" and report.pending_after == 1
+        assert "1 blocks still pending" in report.reason and report.progress.failed == 1
+        assert report.progress.done == n_blocks - 1
+        events = [r[0] for r in db.execute(
+            "select event from donto.extraction_run_event order by event_id")]
+        assert events[-1] == "paused"
+        again = extract.run_extraction(factory(db), revision_ids=[small],
+                                       providers=pool_for(fake), concurrency=1, alarm_after=0)
+    assert again.resumed and again.stopped is None and again.progress.done == 1
+    assert again.pending_after == 0
+
+
 def test_baseline_is_the_default_and_says_so(db):
     rev = loader.load_beam(db, str(CONV1))[0].revision_id
     db.commit()
