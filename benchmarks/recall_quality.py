@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm", action="append", choices=ARMS, help="arm (repeatable)")
     ap.add_argument("-c", "--conversation", action="append", help="conversation id, e.g. 100K/1")
     ap.add_argument("--pool", type=int, default=None, help="candidate pool of donto.recall")
+    ap.add_argument("--model", default=None,
+                    help="embedding model name as registered (default: all-MiniLM-L6-v2); "
+                         "embed with `donto-pg embed --model NAME` first")
     ap.add_argument("--no-random", action="store_true", help="leave out the random baseline")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -52,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         conn.commit()
         report = eval_recall(conn, ks=args.k or (1, 5, 10), arms=args.arm or ARMS,
                              conversations=args.conversation, pool=args.pool,
+                             model=args.model,
                              include_random=not args.no_random, seed=args.seed,
                              progress=None if args.json else _progress)
     if not args.json:

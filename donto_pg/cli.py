@@ -192,6 +192,13 @@ def load_beam(
         raise typer.Exit(1)
 
 
+def _model_name(model: str) -> str:
+    """The name a model is registered under (a local path becomes absolute)."""
+    from donto_pg import embedder
+
+    return embedder.resolve(model)[0]
+
+
 def _embed(conn, model, *, context, progress, batch=32, page=1024):
     from donto_pg import embed as embedmod
 
@@ -203,7 +210,8 @@ def _embed(conn, model, *, context, progress, batch=32, page=1024):
 def embed(
     model: Annotated[str | None, typer.Option(
         help="sentence-transformers model name or local path [default: all-MiniLM-L6-v2, "
-             "shipped offline]")] = None,
+             "shipped offline]; a +int8 suffix (all-MiniLM-L6-v2+int8) quantises it, "
+             "~1.5x faster on CPU")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Encoding batch size.")] = 32,
     page: Annotated[int, typer.Option(
         min=1, help="Chunks per committed page (a kill loses at most one page).")] = 1024,
@@ -370,6 +378,8 @@ def eval_recall(
     ] = False,
     summary_k: Annotated[list[int] | None, typer.Option(
         help="k values for summaries [default: 1 2 3].")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Embedding model to recall with (embedded first if needed).")] = None,
     dsn: DsnOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -393,9 +403,9 @@ def eval_recall(
             raise fail(f"no conversation could be loaded from {path}")
         arm_list = [a.strip() for a in arms.split(",") if a.strip()]
         if set(arm_list) - {"lexical"} or summaries:
-            _embed(conn, None, context=None, progress=not as_json)
+            _embed(conn, model, context=None, progress=not as_json)
         report = evaluate.eval_recall(conn, ks=k or (1, 5, 10), arms=arm_list,
-                                      conversations=convs)
+                                      conversations=convs, model=model and _model_name(model))
         if summaries:
             from donto_pg import summaries as summod
 

@@ -67,7 +67,7 @@ order by s.statement_id
 
 _RECALL = """
 select revision_id, char_start, char_end
-from donto.recall(%s, k => %s, context => %s, arms => %s, pool => %s)
+from donto.recall(%s, k => %s, context => %s, arms => %s, pool => %s, model => %s)
 """
 
 
@@ -105,12 +105,14 @@ def _mean(values: list[float]) -> float:
 def eval_recall(conn: psycopg.Connection, *, ks: Sequence[int] = (1, 5, 10),
                 arms: Sequence[str] = ARMS, conversations: Iterable[str] | None = None,
                 include_random: bool = True, seed: int = 0, pool: int | None = None,
+                model: str | None = None,
                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Hit@k and turn recall@k of ``donto.recall`` per ability, overall, per arm.
 
     CONVERSATIONS: ids such as ``100K/1`` (or document IRIs ``beam:100K/1``);
     None evaluates every conversation with probing questions. POOL is passed to
-    donto.recall (None: its default). PROGRESS(done, total) is called after each
+    donto.recall (None: its default), and so is MODEL, the embedding model's name
+    (None: the default model). PROGRESS(done, total) is called after each
     question. See the module docstring for the definitions.
     """
     ks = sorted({int(k) for k in ks})
@@ -147,7 +149,7 @@ def eval_recall(conn: psycopg.Connection, *, ks: Sequence[int] = (1, 5, 10),
                                  "gold_turns": sorted({t for t, _, _ in gold}), "arms": {}}
         for arm in arms:
             t0 = time.perf_counter()
-            got = conn.execute(_RECALL, (question, kmax, ctx, arm, pool)).fetchall()
+            got = conn.execute(_RECALL, (question, kmax, ctx, arm, pool, model)).fetchall()
             seconds[arm] += time.perf_counter() - t0
             entry["arms"][arm] = _score(_hits(got, rev, gold), n_gold, ks)
         if include_random:
@@ -179,6 +181,7 @@ def eval_recall(conn: psycopg.Connection, *, ks: Sequence[int] = (1, 5, 10),
         "ks": ks,
         "arms": all_arms,
         "pool": pool,
+        "model": model,
         "seed": seed,
         "span": "[header_start, char_end)",
         "conversations": sorted({r[1].partition(":")[2] for r in rows}),

@@ -236,3 +236,42 @@ def test_psql_recall_as_reader(db, tmp_path):
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         reader.execute("select donto.project_recall(1, 500)")
     reader.close()
+
+
+def test_int8_model_is_a_model_of_its_own_and_recalls_from_sql(db, tmp_path):
+    """all-MiniLM-L6-v2+int8: quantised vectors under their own model id; the server
+    embeds the query with the same quantised model when recall names it."""
+    import numpy as np
+
+    from donto_pg import embedder
+    from donto_pg.embed import embed_pending
+
+    assert embedder.resolve("all-MiniLM-L6-v2+int8")[0] == "all-MiniLM-L6-v2+int8"
+    assert embedder.resolve("all-MiniLM-L6-v2+int8")[1] == embedder.resolve(None)[1]
+    texts = ["I moved to Berlin in March.", "The budget tracker uses PostgreSQL."]
+    fp32, int8 = embedder.encode(texts), embedder.encode(texts, "all-MiniLM-L6-v2+int8")
+    assert np.allclose(np.linalg.norm(int8, axis=1), 1, atol=1e-4)
+    cos = (fp32 * int8).sum(axis=1)
+    assert (cos > 0.8).all() and (cos < 0.99999).all()  # close, yet not the same model
+
+    write_chat(tmp_path, "1", small_chat())
+    loader.load_beam(db, str(tmp_path))
+    db.commit()
+    plain = embed_pending(db, progress=False)
+    quant = embed_pending(db, "all-MiniLM-L6-v2+int8", progress=False)
+    assert quant.model_id != plain.model_id and quant.embedded == plain.embedded > 0
+    stored = db.execute("select embedding::text from donto.embedding where model_id = %s "
+                        "order by statement_id limit 1", (quant.model_id,)).fetchone()[0]
+    chunk = db.execute("select s.object_lit ->> 'v' from donto.statement s "
+                       "where s.predicate = 'mem:episodic/chunk' order by statement_id limit 1"
+                       ).fetchone()[0]
+    want = embedder.encode([chunk], "all-MiniLM-L6-v2+int8")[0]
+    assert np.allclose(np.array(json.loads(stored)), want, atol=1e-5)
+    q = db.execute("select donto.embed_query('Where did I move?', 'all-MiniLM-L6-v2+int8')::text"
+                   ).fetchone()[0]
+    assert np.allclose(np.array(json.loads(q)),
+                       embedder.encode(["Where did I move?"], "all-MiniLM-L6-v2+int8")[0],
+                       atol=1e-5)
+    row = db.execute("select char_start, vector_rank from donto.recall('Where did I move?', "
+                     "k => 1, model => 'all-MiniLM-L6-v2+int8')").fetchone()
+    assert row == (0, 1)
