@@ -7,9 +7,8 @@ without vectors, then, in the same run and on the same chunks:
   1. plain `SentenceTransformer.encode(texts, batch_size)` (what a script would do),
   2. `donto.embed.embed_pending` (fetch, length-sorted batches, binary COPY,
      per-page commit, HNSW index) for each batch size given,
-for each model given (default all-MiniLM-L6-v2; e.g. --model all-MiniLM-L6-v2
---model all-MiniLM-L6-v2+int8), and prints chunks/s and the ratio to the first
-model's plain encode.
+for each model given (default all-MiniLM-L6-v2), and prints chunks/s and the
+ratio to the first model's plain encode.
 """
 
 from __future__ import annotations
@@ -33,8 +32,8 @@ def main(path: str = typer.Argument(None),
          batch: list[int] = typer.Option([32], help="Batch sizes for donto-pg embed."),
          model: list[str] = typer.Option(
              [embedder.DEFAULT_MODEL],
-             help="Embedding models (repeatable), e.g. all-MiniLM-L6-v2+int8; ratios are to "
-                  "the first one's plain encode."),
+             help="Embedding models, names or paths (repeatable); ratios are to the first "
+                  "one's plain encode."),
          as_json: bool = typer.Option(False, "--json"),
          dsn: str = typer.Option(None, envvar="DONTO_DSN")) -> None:
     import torch

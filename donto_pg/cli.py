@@ -210,8 +210,7 @@ def _embed(conn, model, *, context, progress, batch=32, page=1024):
 def embed(
     model: Annotated[str | None, typer.Option(
         help="sentence-transformers model name or local path [default: all-MiniLM-L6-v2, "
-             "shipped offline]; a +int8 suffix (all-MiniLM-L6-v2+int8) quantises it, "
-             "~1.5x faster on CPU")] = None,
+             "shipped offline]")] = None,
     batch: Annotated[int, typer.Option(min=1, help="Encoding batch size.")] = 32,
     page: Annotated[int, typer.Option(
         min=1, help="Chunks per committed page (a kill loses at most one page).")] = 1024,

@@ -1683,9 +1683,13 @@ begin
         raise exception 'donto.recall: query is empty' using errcode = '22023';
     end if;
     if arms <> 'lexical' then
+        -- a registered model only: an unknown name must not send the server to a model hub
+        select m.name into v_model from donto.embedding_model as m
+        where model is null or m.name = model
+        order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id limit 1;
         if v_model is null then
-            select m.name into v_model from donto.embedding_model as m
-            order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id limit 1;
+            raise exception 'donto.recall: no embedding model % (run donto-pg embed)',
+                coalesce(model, '(default)') using errcode = '22023';
         end if;
         v_vec := donto.embed_query(query, v_model);
     end if;

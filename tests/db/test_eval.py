@@ -124,6 +124,18 @@ def test_random_baseline_is_below_hybrid(report, edb):
          for q in report["questions"]]
 
 
+def test_eval_names_the_model_it_recalls_with(report, edb):
+    named = eval_recall(edb, ks=(1, 5, 10), arms=("vector",), conversations=["100K/13"],
+                        include_random=False, model="all-MiniLM-L6-v2")
+    assert named["model"] == "all-MiniLM-L6-v2" and report["model"] is None
+    assert named["overall"]["vector"] == report["overall"]["vector"]
+    edb.rollback()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no embedding model"):
+        eval_recall(edb, ks=(1,), arms=("vector",), conversations=["100K/13"],
+                    include_random=False, model="no-such-model")
+    edb.rollback()
+
+
 def test_gold_chunk_text_queried_verbatim_is_hit_at_1_by_lexical(edb):
     """A probing question whose text is its gold chunk's text: the lexical arm ranks it first.
 
