@@ -61,7 +61,7 @@ def count_pending(conn: psycopg.Connection, model_id: int, context: str | None =
         {"model": model_id, "context": context}).fetchone()[0]
 
 
-def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: int = 32,
+def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: int = 16,
                   page: int = 1024, context: str | None = None, progress: bool = True,
                   max_pages: int | None = None) -> EmbedReport:
     """Embed every chunk without a vector for MODEL; returns what was done."""
