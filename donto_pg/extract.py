@@ -240,7 +240,8 @@ class ExtractionReport:
 
     @property
     def ok(self) -> bool:
-        """True unless the run was stopped by an alarm, a failure or an interruption."""
+        """True unless the run was stopped by an alarm, a failure or an interruption, or
+        left blocks that every provider failed on (``incomplete``)."""
         return self.stopped in (None, "limit")
 
     def as_dict(self) -> dict[str, Any]:
