@@ -231,39 +231,64 @@ superuser = true
 """
 
 
-def build_extension_script(version: str = __version__) -> str:
-    """The CREATE EXTENSION script: head, every migration with its ledger row, sql/."""
-    parts = [
-        f"-- donto--{version}.sql: built by `donto-pg extension build` from sql/ and "
-        "migrations/; do not edit.",
-        '\\echo Use "CREATE EXTENSION donto CASCADE" to load this file. \\quit',
-        f"-- {HEAD}\n{head().text}",
-    ]
-    for m in migrations():
+# The released versions before this one, each with its last migration. Their
+# extension/donto--<version>.sql (and update scripts into them) are frozen files;
+# only this version's script and the update script from the last release are built.
+RELEASED = {"0.1.0": "006-ab.sql"}
+
+_CONFIG_DUMP = (
+    "-- Let pg_dump keep the data of every table (extension member tables are otherwise\n"
+    "-- dumped empty).\n"
+    "do $$\ndeclare v regclass;\nbegin\n"
+    "    for v in select c.oid::regclass from pg_catalog.pg_class as c\n"
+    "        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid\n"
+    "        where n.nspname = 'donto' and c.relkind = 'r'\n"
+    "    loop\n        perform pg_catalog.pg_extension_config_dump(v, '');\n    end loop;\n"
+    "end;\n$$;"
+)
+
+
+def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> str:
+    parts = [title, f'\\echo Use "{use}" to load this file. \\quit']
+    if head_text is not None:
+        parts.append(f"-- {HEAD}\n{head_text}")
+    for m in ms:
         parts.append(f"-- migrations/{m.name}\n{m.text}")
         parts.append(
             f"insert into donto.migration (name, sha256) values ('{m.name}', '{m.sha256}');"
         )
     for s in idempotent_sources():
         parts.append(f"-- sql/{s.name}\n{s.text}")
-    parts.append(
-        "-- Let pg_dump keep the data of every table (extension member tables are otherwise\n"
-        "-- dumped empty).\n"
-        "do $$\ndeclare v regclass;\nbegin\n"
-        "    for v in select c.oid::regclass from pg_catalog.pg_class as c\n"
-        "        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid\n"
-        "        where n.nspname = 'donto' and c.relkind = 'r'\n"
-        "    loop\n        perform pg_catalog.pg_extension_config_dump(v, '');\n    end loop;\n"
-        "end;\n$$;"
-    )
+    parts.append(_CONFIG_DUMP)
     return "\n\n".join(parts) + "\n"
 
 
+def build_extension_script(version: str = __version__) -> str:
+    """The CREATE EXTENSION script: head, every migration with its ledger row, sql/."""
+    return _script(f"-- donto--{version}.sql: built by `donto-pg extension build` from sql/ "
+                   "and migrations/; do not edit.", "CREATE EXTENSION donto CASCADE",
+                   head().text, migrations())
+
+
+def build_update_script(old: str, version: str = __version__) -> str:
+    """ALTER EXTENSION donto UPDATE from release OLD: the migrations after OLD's last
+    one, with their ledger rows, then every idempotent sql/ file."""
+    last = RELEASED[old]
+    newer = [m for m in migrations() if m.name > last]
+    return _script(f"-- donto--{old}--{version}.sql: built by `donto-pg extension build`; "
+                   "do not edit.", "ALTER EXTENSION donto UPDATE", None, newer)
+
+
 def extension_files(version: str = __version__) -> dict[str, str]:
-    return {
+    """The files `extension build` writes (the frozen ones of older releases aside)."""
+    files = {
         "donto.control": CONTROL.format(version=version),
         f"donto--{version}.sql": build_extension_script(version),
     }
+    if RELEASED:
+        last = list(RELEASED)[-1]
+        files[f"donto--{last}--{version}.sql"] = build_update_script(last, version)
+    return files
 
 
 def build_extension(outdir: Path = EXTENSION_DIR) -> list[Path]:
@@ -282,7 +307,8 @@ def pg_sharedir(pg_config: str = "/usr/lib/postgresql/15/bin/pg_config") -> Path
 
 
 def install_extension(sharedir: Path | None = None) -> list[Path]:
-    """Copy the built control and script files into the server's extension directory."""
+    """Copy the control file and every script (this version's, the update scripts and
+    the frozen scripts of older releases) into the server's extension directory."""
     target = (sharedir or pg_sharedir()) / "extension"
     files = extension_files()
     stale = [n for n, t in files.items()
@@ -293,7 +319,7 @@ def install_extension(sharedir: Path | None = None) -> list[Path]:
             "run `donto-pg extension build` and commit the result"
         )
     out = []
-    for name in files:
+    for name in sorted({*files, *(p.name for p in EXTENSION_DIR.glob("donto--*.sql"))}):
         dst = target / name
         try:
             shutil.copyfile(EXTENSION_DIR / name, dst)

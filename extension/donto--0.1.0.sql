@@ -488,45 +488,6 @@ comment on table donto.x_session_summary is
 
 insert into donto.migration (name, sha256) values ('006-ab.sql', '54a1cf7080395a9aa3b063a119d83262a83188d85abc6d8cbb2752798e7c926e');
 
--- migrations/007-recall-lexical.sql
--- 007: the full-text vector of a recall chunk becomes a derived index of its own
--- (donto.x_memory_lexical, filled by donto.index_lexical), like the embeddings,
--- so that projection A writes only its chunks. Existing vectors move over
--- unchanged; nothing is lost.
-
-create table donto.x_memory_lexical (
-    statement_id bigint primary key references donto.x_memory_record,
-    projection_id bigint not null references donto.projection,
-    tsv tsvector not null
-);
-
-insert into donto.x_memory_lexical (statement_id, projection_id, tsv)
-select
-    m.statement_id,
-    m.projection_id,
-    m.tsv
-from donto.x_memory_record as m
-order by m.statement_id;
-
-create index x_memory_lexical_projection_idx on donto.x_memory_lexical (projection_id);
-create index x_memory_lexical_tsv_idx on donto.x_memory_lexical using gin (tsv);
-
-drop index donto.x_memory_record_tsv_idx;
-alter table donto.x_memory_record drop column tsv;
-
--- project_recall gains the LEXICAL argument (sql/050-recall.sql); the old
--- three-argument form would make one-to-three-argument calls ambiguous.
-drop function if exists donto.project_recall(bigint, integer, text);
-
-comment on table donto.x_memory_record is
-'Recall overlay: one row per recall chunk statement (revision, chunk index, span).';
-comment on table donto.x_memory_lexical is
-'Full-text vectors of recall chunks (every word with weight D, the user''s words once more '
-'with weight A), derived from the chunks by donto.index_lexical.';
-
-
-insert into donto.migration (name, sha256) values ('007-recall-lexical.sql', '1cf25519ee933bb34a070ea198a34f9195985f3eb83b98b336e9e6914f0f7e5d');
-
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included. Every table of schema
@@ -943,8 +904,7 @@ comment on function donto.recall_context_iri(text) is
 'The recall context of a document: beam:100K/1 -> ctx:memory/episodic/beam/100K/1.';
 
 create or replace function donto.project_recall(
-    rev_id bigint, window_chars integer default 1200, context text default null,
-    lexical boolean default true
+    rev_id bigint, window_chars integer default 1200, context text default null
 )
 returns integer
 language plpgsql
@@ -957,9 +917,8 @@ Projection A: cut revision REV_ID into line-respecting windows of WINDOW_CHARS
 (zero overlap) and record each as a statement (mem:episodic/chunk,
 object_lit {v: text, dt: date of its first turn}, valid_time from its turns'
 dates) with its donto.x_memory_record. Returns the number of chunks.
-LEXICAL (default true) also builds the chunks' full-text vectors
-(donto.index_lexical); with false that is left for a later call, as the
-embeddings are.
+The record's full-text vector holds every word with weight D and the words of
+user turns once more with weight A (see donto._recall_lexical).
 Idempotent: a second call with the same arguments returns the existing count.
 */
 declare
@@ -989,117 +948,79 @@ begin
     if found then
         select pg_catalog.count(*)::integer into v_n
         from donto.x_memory_record as m where m.projection_id = v_proj;
-    else
-        insert into donto.projection (revision_id, kind, strategy, params, context_id)
-        values (rev_id, 'recall', 'fixed-window', v_params, v_ctx)
-        returning projection_id into v_proj;
-
-        with w as (
-            select w.*, pg_catalog.nextval(pg_catalog.pg_get_serial_sequence(
-                       'donto.statement', 'statement_id')) as sid
-            from donto._recall_windows(rev_id, window_chars) as w
-        ),
-        s as (
-            insert into donto.statement (
-                statement_id, subject, predicate, object_lit, context_id, valid_time,
-                document_id, derived_from_revision, char_start, char_end
-            ) overriding system value
-            select
-                w.sid,
-                pg_catalog.format('chunk:%s/%s/%s', rev_id, window_chars, w.chunk_index),
-                'mem:episodic/chunk',
-                pg_catalog.jsonb_build_object('v', w.chunk_text, 'dt', w.first_date),
-                v_ctx,
-                case when w.min_date is null then '(,)'::daterange
-                     else pg_catalog.daterange(w.min_date, w.max_date, '[]') end,
-                v_doc, rev_id, w.char_start, w.char_end
-            from w
-            order by w.chunk_index
-        )
-        insert into donto.x_memory_record (
-            statement_id, projection_id, revision_id, chunk_index, char_start, char_end
-        )
-        select w.sid, v_proj, rev_id, w.chunk_index, w.char_start, w.char_end
-        from w
-        order by w.chunk_index;
-        get diagnostics v_n = row_count;
+        return v_n;
     end if;
-    if lexical then
-        perform donto.index_lexical(rev_id);
-    end if;
-    return v_n;
-end;
-$$;
 
-comment on function donto.project_recall(bigint, integer, text, boolean) is
-'Projection A: fixed line-respecting windows (default 1,200 chars, zero overlap) of a revision '
-'as mem:episodic/chunk statements with memory records (and, unless lexical => false, their '
-'full-text vectors); idempotent; returns the chunk count.';
+    insert into donto.projection (revision_id, kind, strategy, params, context_id)
+    values (rev_id, 'recall', 'fixed-window', v_params, v_ctx)
+    returning projection_id into v_proj;
 
-create or replace function donto.index_lexical(rev_id bigint)
-returns integer
-language plpgsql
-volatile
-security definer
-set search_path to pg_catalog, pg_temp
-as $$
-/*
-The full-text vectors of every recall chunk of revision REV_ID that has none
-(donto.x_memory_lexical): every word with weight D, and the words of user
-turns once more with weight A, so that recall's lexical arm can rank the
-user's own statements higher (see donto._recall_lexical). Returns how many
-vectors were added; a second call adds none.
-*/
-declare
-    v_n integer;
-begin
-    perform pg_catalog.pg_advisory_xact_lock(2059, rev_id::integer);
-    create temp table _donto_lexical on commit drop as
-    select m.statement_id, m.projection_id, m.char_start, m.char_end,
-           s.object_lit ->> 'v' as chunk_text
-    from donto.x_memory_record as m
-    inner join donto.statement as s on m.statement_id = s.statement_id
-    where m.revision_id = rev_id
-          and not exists (select 1 from donto.x_memory_lexical as l
-                          where l.statement_id = m.statement_id);
-    -- The user's own words in each chunk: the content of user turns, cut to the chunk.
-    create index _donto_lexical_span on _donto_lexical
+    create temp table _donto_windows on commit drop as
+    select w.*, pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('donto.statement',
+                                                                      'statement_id')) as sid
+    from donto._recall_windows(rev_id, window_chars) as w;
+
+    insert into donto.statement (
+        statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
+        derived_from_revision, char_start, char_end
+    ) overriding system value
+    select
+        w.sid,
+        pg_catalog.format('chunk:%s/%s/%s', rev_id, window_chars, w.chunk_index),
+        'mem:episodic/chunk',
+        pg_catalog.jsonb_build_object('v', w.chunk_text, 'dt', w.first_date),
+        v_ctx,
+        case when w.min_date is null then '(,)'::daterange
+             else pg_catalog.daterange(w.min_date, w.max_date, '[]') end,
+        v_doc, rev_id, w.char_start, w.char_end
+    from _donto_windows as w
+    order by w.chunk_index;
+
+    -- The user's own words in each window (the content of user turns, cut to the
+    -- window), for the speaker-weighted full-text vector below.
+    create index _donto_windows_span on _donto_windows
     using gist (pg_catalog.int4range(char_start, char_end));
-    analyze _donto_lexical;
+    analyze _donto_windows;
     create temp table _donto_user_text on commit drop as
     select
-        c.statement_id,
+        w.chunk_index,
         pg_catalog.string_agg(
             pg_catalog.substr(
-                c.chunk_text,
-                greatest(t.char_start, c.char_start) - c.char_start + 1,
-                least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
+                w.chunk_text,
+                greatest(t.char_start, w.char_start) - w.char_start + 1,
+                least(t.char_end, w.char_end) - greatest(t.char_start, w.char_start)
+            ),
             ' ' order by t.seq
         ) as user_text
     from donto.turn as t
-    inner join _donto_lexical as c
-        on pg_catalog.int4range(c.char_start, c.char_end)
+    inner join _donto_windows as w
+        on pg_catalog.int4range(w.char_start, w.char_end)
         && pg_catalog.int4range(t.char_start, t.char_end)
     where t.revision_id = rev_id and t.role = 'user'
-    group by c.statement_id;
-    insert into donto.x_memory_lexical (statement_id, projection_id, tsv)
-    select c.statement_id, c.projection_id,
-           pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', c.chunk_text), 'D')
+    group by w.chunk_index;
+
+    -- tsv: every word with weight D, and the user's words once more with weight A,
+    -- so that recall's lexical arm can rank the user's own statements higher.
+    insert into donto.x_memory_record (
+        statement_id, projection_id, revision_id, chunk_index, char_start, char_end, tsv
+    )
+    select w.sid, v_proj, rev_id, w.chunk_index, w.char_start, w.char_end,
+           pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', w.chunk_text), 'D')
            || pg_catalog.setweight(
                pg_catalog.to_tsvector('pg_catalog.english', coalesce(u.user_text, '')), 'A')
-    from _donto_lexical as c
-    left join _donto_user_text as u on c.statement_id = u.statement_id
-    order by c.statement_id;
+    from _donto_windows as w
+    left join _donto_user_text as u on w.chunk_index = u.chunk_index
+    order by w.chunk_index;
     get diagnostics v_n = row_count;
     drop table _donto_user_text;
-    drop table _donto_lexical;
+    drop table _donto_windows;
     return v_n;
 end;
 $$;
 
-comment on function donto.index_lexical(bigint) is
-'Full-text vectors (words D, user words again A) for the recall chunks of a revision that '
-'have none; idempotent; returns how many were added.';
+comment on function donto.project_recall(bigint, integer, text) is
+'Projection A: fixed line-respecting windows (default 1,200 chars, zero overlap) of a revision '
+'as mem:episodic/chunk statements with memory records; idempotent; returns the chunk count.';
 
 create or replace function donto.ensure_embedding_model(
     p_name text, p_source text, p_dimension integer
@@ -1206,14 +1127,14 @@ the number of chunks and df the number holding t, in the searched context(s).
 A chunk scores sum over t of idf(t) * ts_rank(W, tsv, t, 1): ts_rank
 saturates with the term's frequency, and with W = donto.recall_lexical_weights
 (default {0.1,0.2,0.4,1.0}, the weights of D, C, B, A) the user's own words
-(weight A, see donto.index_lexical) count ten times the rest (D); the score is
+(weight A, see donto.project_recall) count ten times the rest (D); the score is
 divided by 1 + log(chunk length).
 
 Exact on contexts of at most donto.recall_lexical_exact_max chunks (default
 10,000; a BEAM 1M conversation has about 3,500): every chunk of the context is
 read once, df counted, every chunk holding a query lexeme scored. Above that,
 budgeted: df is the planner's estimate (pg_stats most_common_elems of
-x_memory_lexical.tsv, scaled to the context; without statistics every lexeme
+x_memory_record.tsv, scaled to the context; without statistics every lexeme
 counts as rare), and the candidates are at most donto.recall_lexical_budget
 (default 1,000) chunks holding one of the most selective lexemes, rarest first
 while their estimated df add up to the budget (all lexemes if that yields fewer
@@ -1266,8 +1187,8 @@ begin
         -- full-text index, whose posting lists span every context).
         return query
         with chunks as materialized (
-            select l.statement_id, l.tsv from donto.x_memory_lexical as l
-            where l.projection_id = any(v_projs)
+            select m.statement_id, m.tsv from donto.x_memory_record as m
+            where m.projection_id = any(v_projs)
         ),
         terms as (
             select t.tq, pg_catalog.count(c.statement_id)::float8 as df
@@ -1314,7 +1235,7 @@ begin
                 x.most_common_elem_freqs[pg_catalog.array_length(x.most_common_elem_freqs, 1) - 2]
                     as minfreq
             from pg_catalog.pg_stats as x
-            where x.schemaname = 'donto' and x.tablename = 'x_memory_lexical'
+            where x.schemaname = 'donto' and x.tablename = 'x_memory_record'
                   and x.attname = 'tsv'
         ) as st on true
         left join lateral (
@@ -1344,7 +1265,7 @@ begin
             select m.statement_id, (%s)::float8 as score
             from (
                 select m0.statement_id, m0.tsv
-                from donto.x_memory_lexical as m0
+                from donto.x_memory_record as m0
                 where m0.tsv @@ $1 and m0.projection_id = any($2)
                 limit $5
             ) as m
@@ -1683,13 +1604,9 @@ begin
         raise exception 'donto.recall: query is empty' using errcode = '22023';
     end if;
     if arms <> 'lexical' then
-        -- a registered model only: an unknown name must not send the server to a model hub
-        select m.name into v_model from donto.embedding_model as m
-        where model is null or m.name = model
-        order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id limit 1;
         if v_model is null then
-            raise exception 'donto.recall: no embedding model % (run donto-pg embed)',
-                coalesce(model, '(default)') using errcode = '22023';
+            select m.name into v_model from donto.embedding_model as m
+            order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id limit 1;
         end if;
         v_vec := donto.embed_query(query, v_model);
     end if;

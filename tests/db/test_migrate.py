@@ -186,6 +186,38 @@ def test_create_extension_gives_the_same_schema(fresh_db):
         migrate.migrate(via_ext)
 
 
+def test_alter_extension_update_from_the_last_release_keeps_the_data(fresh_db):
+    """CREATE EXTENSION donto VERSION <last release>, load a conversation with that
+    release's functions, ALTER EXTENSION donto UPDATE: the schema equals a fresh install
+    and the chunks keep their full-text vectors."""
+    sharedir = migrate.pg_sharedir() / "extension"
+    if not os.access(sharedir, os.W_OK):
+        pytest.skip(f"installing into {sharedir} needs root (CI runs as root)")
+    migrate.install_extension()
+    old = list(migrate.RELEASED)[-1]
+    updated, fresh = fresh_db(), fresh_db()
+    updated.execute(f"create extension donto version '{old}' cascade")
+    migrate.write_settings(updated)
+    rev = updated.execute("select donto.register_revision('test:update', %s)",
+                          ("[user #0] I moved to Berlin in March.\n" * 80,)).fetchone()[0]
+    chunks = updated.execute("select donto.project_recall(%s, 200)", (rev,)).fetchone()[0]
+    before = updated.execute("select statement_id, tsv::text from donto.x_memory_record "
+                             "order by 1").fetchall()
+    updated.commit()
+    updated.execute("alter extension donto update")
+    updated.commit()
+    assert updated.execute("select extversion from pg_extension where extname = 'donto'"
+                           ).fetchone()[0] == migrate.__version__
+    migrate.create_extension(fresh)
+    assert catalog(updated) == catalog(fresh)
+    assert updated.execute("select statement_id, tsv::text from donto.x_memory_lexical "
+                           "order by 1").fetchall() == before and len(before) == chunks > 1
+    # the updated functions work on the old data: a second window size, vectors included
+    assert updated.execute("select donto.project_recall(%s, 300)", (rev,)).fetchone()[0] > 0
+    assert updated.execute("select count(*) = (select count(*) from donto.x_memory_record) "
+                           "from donto.x_memory_lexical").fetchone()[0]
+
+
 def run_cli(*args: str, env: dict[str, str], user: str | None = None):
     cmd = [sys.executable, "-m", "donto_pg", *args]
     if user:

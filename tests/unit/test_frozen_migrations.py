@@ -29,3 +29,14 @@ def test_released_migrations_are_the_oldest_ones():
     names = [m.name for m in migrate.migrations()]
     rel = [n for n, _ in released()]
     assert rel == names[:len(rel)], "SHA256SUMS must list the first migrations, in order"
+
+
+def test_released_extension_scripts_are_unchanged():
+    """extension/SHA256SUMS pins the CREATE EXTENSION scripts of released versions: a
+    database created from one must keep updating from exactly that script's state."""
+    sums = migrate.EXTENSION_DIR / "SHA256SUMS"
+    rows = [line.split() for line in sums.read_text().splitlines() if line.strip()]
+    assert {name for _, name in rows} == {f"donto--{v}.sql" for v in migrate.RELEASED}
+    for sha, name in rows:
+        got = hashlib.sha256((migrate.EXTENSION_DIR / name).read_bytes()).hexdigest()
+        assert got == sha, f"released extension script {name} was edited"
