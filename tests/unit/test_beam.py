@@ -6,7 +6,6 @@ import datetime
 import json
 import re
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -615,51 +614,47 @@ def test_hf_bad_rows_are_yielded_as_errors(tmp_path: Path) -> None:
     assert any("(line 5)" in e and "missing field 'conversation_id'" in e for e in errs)
 
 
-class _FakeColumn:
-    def __init__(self, values: list[Any]) -> None:
-        self.values = values
+def _parquet(tmp_path: Path, name: str, rows: list[dict]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    def to_pylist(self) -> list[Any]:
-        return list(self.values)
-
-
-class _FakeTable:
-    """The few pyarrow.Table methods the Parquet reader uses."""
-
-    def __init__(self, rows: list[dict]) -> None:
-        self.rows = rows
-        self.column_names = list(rows[0])
-
-    def column(self, name: str) -> _FakeColumn:
-        return _FakeColumn([r[name] for r in self.rows])
-
-    def slice(self, offset: int, length: int) -> _FakeTable:
-        return _FakeTable(self.rows[offset : offset + length])
-
-    def to_pylist(self) -> list[dict]:
-        return list(self.rows)
+    path = tmp_path / name
+    pq.write_table(pa.Table.from_pylist(rows), str(path))
+    return path
 
 
-def test_parquet_rows_through_pyarrow_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parquet_rows_read_as_their_json_lines_twins(tmp_path: Path) -> None:
+    """Real Parquet (pyarrow): nested structs come back with null for absent keys; the
+    conversations equal those read from the same rows as JSON Lines."""
     rows = [json.loads(line) for line in HF_SAMPLE.read_text(encoding="utf-8").splitlines()]
-    seen: list[str] = []
-
-    def read_table(path: str) -> _FakeTable:
-        seen.append(path)
-        return _FakeTable(rows[::-1])
-
-    fake_pa = types.ModuleType("pyarrow")
-    fake_pq = types.ModuleType("pyarrow.parquet")
-    fake_pq.read_table = read_table  # type: ignore[attr-defined]
-    fake_pa.parquet = fake_pq  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pyarrow", fake_pa)
-    monkeypatch.setitem(sys.modules, "pyarrow.parquet", fake_pq)
-    path = tmp_path / "100K-00000-of-00001.parquet"
-    path.write_bytes(b"PAR1")
-    got = list(iter_beam(path))
+    got = list(iter_beam(_parquet(tmp_path, "100K-00000-of-00001.parquet", rows[::-1])))
+    want = list(iter_beam(HF_SAMPLE))
     assert [c.conversation_id for c in got] == ["100K/1", "100K/13"]
-    assert seen == [str(path)]
-    assert all(isinstance(c, Conversation) and len(c.questions) == 20 for c in got)
+    for g, w in zip(got, want, strict=True):
+        assert isinstance(g, Conversation) and format_chat(g) == format_chat(w)
+        assert g.questions == w.questions and g.warnings == w.warnings
+
+
+def test_parquet_10m_row_with_plan_structs(tmp_path: Path) -> None:
+    """A BEAM-10M row: `chat` a list of one-key dicts plan-1..plan-K, which Parquet stores
+    as structs with every plan field (null where absent)."""
+    plan1 = [[msg("user", 0, "a", time_anchor="June-01-2024", question_type="main_question"),
+              msg("assistant", 1, "b")]]
+    plan2 = [[msg("user", 2, "c ->-> 1,1", time_anchor="June-02-2024",
+                  question_type="main_question"),
+              msg("assistant", 3, "d")]]
+    questions = repr({"temporal_reasoning": [{"question": "t?", "answer": "x",
+                                              "source_chat_ids": {"first_event": [1],
+                                                                  "second_event": [3]}}]})
+    row = hf_row("5", [{"plan-1": plan1}, {"plan-2": plan2}], questions)
+    jsonl = tmp_path / "beam-10m.jsonl"
+    jsonl.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    got = load_one(_parquet(tmp_path, "10M-00000-of-00001.parquet", [row]))
+    want = load_one(jsonl)
+    assert got.conversation_id == "10M/5" and format_chat(got) == format_chat(want)
+    assert [(m.turn_id, m.session, m.content) for m in got.messages] == \
+        [(0, 1, "a"), (1, 1, "b"), (2, 2, "c"), (3, 2, "d")]
+    assert got.questions == want.questions and got.questions[0].gold == [[1, 3]]
 
 
 def test_parquet_without_pyarrow_is_a_clear_error(
