@@ -386,8 +386,7 @@ def _summarise_hits(questions: list[dict[str, Any]], ranks: Mapping[int, int | N
 def _embed_missing(conn: psycopg.Connection, arm: str, revisions: list[int], model: str,
                    model_id: int, batch: int) -> int:
     """Embed the arm's units of REVISIONS that still have no vector; returns how many."""
-    from donto_pg import embedder
-    from donto_pg.db import register_vector_if_present
+    from donto_pg.embed import store_vectors
 
     rows = conn.execute(
         """
@@ -401,19 +400,8 @@ def _embed_missing(conn: psycopg.Connection, arm: str, revisions: list[int], mod
     conn.commit()
     if not rows:
         return 0
-    register_vector_if_present(conn)
-    rows.sort(key=lambda r: len(r[1]))
-    vecs = embedder.encode([r[1] for r in rows], model, batch_size=batch)
-    with conn.transaction():
-        conn.execute("create temp table if not exists _donto_embedding_stage "
-                     "(statement_id bigint, embedding vector) on commit delete rows")
-        with conn.cursor().copy("copy _donto_embedding_stage (statement_id, embedding) "
-                                "from stdin with (format binary)") as cp:
-            cp.set_types(["int8", "vector"])
-            for (sid, _), vec in zip(rows, vecs, strict=True):
-                cp.write_row((sid, vec))
-        n = conn.execute("select donto.ingest_measure_embeddings(%s)", (model_id,)).fetchone()[0]
-    return n
+    return store_vectors(conn, rows, model, model_id, batch=batch,
+                         ingest="ingest_measure_embeddings")
 
 
 # --- the run ----------------------------------------------------------------------------

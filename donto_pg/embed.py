@@ -55,6 +55,29 @@ def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, in
     return name, mid, dim
 
 
+def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: str | None,
+                  model_id: int, *, batch: int = 16,
+                  ingest: str = "ingest_embeddings") -> int:
+    """Embed ROWS (statement id, text) in length-sorted batches (less padding) and move the
+    vectors in, in one transaction: binary COPY into the staging table, then INGEST
+    (``ingest_embeddings`` for recall chunks, ``ingest_measure_embeddings`` for A/B units
+    and session summaries). Returns how many were added (existing ones are skipped)."""
+    if ingest not in ("ingest_embeddings", "ingest_measure_embeddings"):
+        raise ValueError(f"unknown ingest function {ingest!r}")
+    rows = sorted(rows, key=lambda r: len(r[1]))
+    vecs = embedder.encode([r[1] for r in rows], model, batch_size=batch)
+    register_vector_if_present(conn)  # binary COPY needs the vector type's loaders
+    with conn.transaction():
+        conn.execute("create temp table if not exists _donto_embedding_stage "
+                     "(statement_id bigint, embedding vector) on commit delete rows")
+        with conn.cursor().copy("copy _donto_embedding_stage (statement_id, embedding) "
+                                "from stdin with (format binary)") as cp:
+            cp.set_types(["int8", "vector"])
+            for (sid, _), vec in zip(rows, vecs, strict=True):
+                cp.write_row((sid, vec))
+        return conn.execute(f"select donto.{ingest}(%s)", (model_id,)).fetchone()[0]
+
+
 def count_pending(conn: psycopg.Connection, model_id: int, context: str | None = None) -> int:
     return conn.execute(
         f"select count(*) from ({PENDING.replace('limit %(limit)s', '')}) as p",
@@ -69,7 +92,6 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
 
     from tqdm import tqdm
 
-    register_vector_if_present(conn)  # binary COPY needs the vector type's loaders
     name, model_id, dim = register_model(conn, model)
     total = count_pending(conn, model_id, context)
     done_before = conn.execute("select count(*) from donto.embedding where model_id = %s",
@@ -86,17 +108,7 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
             conn.commit()  # so that each page below commits on its own
             if not rows:
                 break
-            rows.sort(key=lambda r: len(r[1]))  # length-sorted batches: less padding
-            vecs = embedder.encode([r[1] for r in rows], model, batch_size=batch)
-            with conn.transaction():
-                conn.execute("create temp table if not exists _donto_embedding_stage "
-                             "(statement_id bigint, embedding vector) on commit delete rows")
-                with conn.cursor().copy("copy _donto_embedding_stage (statement_id, embedding) "
-                                        "from stdin with (format binary)") as cp:
-                    cp.set_types(["int8", "vector"])
-                    for (sid, _), vec in zip(rows, vecs, strict=True):
-                        cp.write_row((sid, vec))
-                n = conn.execute("select donto.ingest_embeddings(%s)", (model_id,)).fetchone()[0]
+            n = store_vectors(conn, rows, model, model_id, batch=batch)
             embedded += n
             pages += 1
             bar.update(len(rows))

@@ -295,9 +295,7 @@ def summarize_sessions(
 
 def _embed_summaries(conn: psycopg.Connection, model: str | None, revisions: list[int],
                      batch: int) -> int:
-    from donto_pg import embedder
-    from donto_pg.db import register_vector_if_present
-    from donto_pg.embed import register_model
+    from donto_pg.embed import register_model, store_vectors
 
     name, model_id, _ = register_model(conn, model)
     rows = conn.execute(
@@ -309,18 +307,8 @@ def _embed_summaries(conn: psycopg.Connection, model: str | None, revisions: lis
     conn.commit()
     if not rows:
         return 0
-    register_vector_if_present(conn)
-    vecs = embedder.encode([r[1] for r in rows], name, batch_size=batch)
-    with conn.transaction():
-        conn.execute("create temp table if not exists _donto_embedding_stage "
-                     "(statement_id bigint, embedding vector) on commit delete rows")
-        with conn.cursor().copy("copy _donto_embedding_stage (statement_id, embedding) "
-                                "from stdin with (format binary)") as cp:
-            cp.set_types(["int8", "vector"])
-            for (sid, _), vec in zip(rows, vecs, strict=True):
-                cp.write_row((sid, vec))
-        return conn.execute("select donto.ingest_measure_embeddings(%s)",
-                            (model_id,)).fetchone()[0]
+    return store_vectors(conn, rows, name, model_id, batch=batch,
+                         ingest="ingest_measure_embeddings")
 
 
 # --- evaluation --------------------------------------------------------------------------------

@@ -247,6 +247,35 @@ $$;
 comment on function donto.ensure_embedding_index(integer) is
 'Create the HNSW (cosine) index of one embedding model over donto.embedding, if missing.';
 
+create or replace function donto.embedding_model_id(model text default null)
+returns integer
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The registered embedding model named MODEL; null: all-MiniLM-L6-v2 if registered, else the
+first one registered. Raises 22023 when there is none, before anyone embeds a query with a
+name the database does not know (which would send the server to a model hub).
+*/
+declare
+    v_id integer;
+begin
+    select m.model_id into v_id from donto.embedding_model as m
+    where model is null or m.name = model
+    order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id
+    limit 1;
+    if v_id is null then
+        raise exception 'donto: no embedding model % (run donto-pg embed)',
+            coalesce(model, '(default)') using errcode = '22023';
+    end if;
+    return v_id;
+end;
+$$;
+
+comment on function donto.embedding_model_id(text) is
+'The id of a registered embedding model by name (null: the default); raises if there is none.';
+
 create or replace function donto.embed_query(query text, model text default null)
 returns vector
 language plpython3u
@@ -550,14 +579,9 @@ begin
         end if;
     end if;
     if arms <> 'lexical' then
-        select m.model_id, m.dimension into v_model, v_dim from donto.embedding_model as m
-        where model is null or m.name = model
-        order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id
-        limit 1;
-        if not found then
-            raise exception 'donto.recall: no embedding model % (run donto-pg embed)',
-                coalesce(model, '(default)') using errcode = '22023';
-        end if;
+        v_model := donto.embedding_model_id(model);
+        select m.dimension into v_dim from donto.embedding_model as m
+        where m.model_id = v_model;
         if embedding is null then
             raise exception 'donto.recall: the vector arm needs an embedding' using errcode = '22023';
         end if;
@@ -772,14 +796,8 @@ begin
         raise exception 'donto.recall: query is empty' using errcode = '22023';
     end if;
     if arms <> 'lexical' then
-        -- a registered model only: an unknown name must not send the server to a model hub
         select m.name into v_model from donto.embedding_model as m
-        where model is null or m.name = model
-        order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id limit 1;
-        if v_model is null then
-            raise exception 'donto.recall: no embedding model % (run donto-pg embed)',
-                coalesce(model, '(default)') using errcode = '22023';
-        end if;
+        where m.model_id = donto.embedding_model_id(model);
         v_vec := donto.embed_query(query, v_model);
     end if;
     return query

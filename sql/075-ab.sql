@@ -487,12 +487,9 @@ begin
         raise exception 'donto.ab_recall_units: no arm %', arm using errcode = '22023';
     end if;
     if arms <> 'lexical' then
-        select m.model_id into v_model from donto.embedding_model as m
-        where model is null or m.name = model
-        order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id
-        limit 1;
-        if not found or embedding is null then
-            raise exception 'donto.ab_recall_units: the vector arm needs a model and a vector'
+        v_model := donto.embedding_model_id(model);
+        if embedding is null then
+            raise exception 'donto.ab_recall_units: the vector arm needs a vector'
                 using errcode = '22023';
         end if;
     end if;
@@ -1003,12 +1000,9 @@ begin
         end if;
     end if;
     if arms <> 'lexical' then
-        select m.model_id into v_model from donto.embedding_model as m
-        where model is null or m.name = model
-        order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id
-        limit 1;
-        if not found or embedding is null then
-            raise exception 'donto.recall_summaries: the vector arm needs a model and a vector'
+        v_model := donto.embedding_model_id(model);
+        if embedding is null then
+            raise exception 'donto.recall_summaries: the vector arm needs a vector'
                 using errcode = '22023';
         end if;
     end if;
@@ -1114,10 +1108,8 @@ begin
         raise exception 'donto.recall_summaries: query is empty' using errcode = '22023';
     end if;
     if arms <> 'lexical' then
-        if v_model is null then
-            select m.name into v_model from donto.embedding_model as m
-            order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id limit 1;
-        end if;
+        select m.name into v_model from donto.embedding_model as m
+        where m.model_id = donto.embedding_model_id(model);
         v_vec := donto.embed_query(query, v_model);
     end if;
     return query

@@ -134,6 +134,10 @@ def test_eval_names_the_model_it_recalls_with(report, edb):
         eval_recall(edb, ks=(1,), arms=("vector",), conversations=["100K/13"],
                     include_random=False, model="no-such-model")
     edb.rollback()
+    # the session-summary arm resolves its model the same way, before embedding anything
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no embedding model"):
+        edb.execute("select * from donto.recall_summaries('x', model => 'no-such-model')")
+    edb.rollback()
 
 
 def test_gold_chunk_text_queried_verbatim_is_hit_at_1_by_lexical(edb):
