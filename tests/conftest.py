@@ -9,12 +9,16 @@ for `db` gets its own clone of it.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
 from pytest_postgresql import factories
+from pytest_postgresql.janitor import DatabaseJanitor
 
 from donto_pg import migrate
 from donto_pg.cluster import PORT, SUPERUSER, Cluster
@@ -99,3 +103,30 @@ def connect(db: psycopg.Connection):
     yield _connect
     for c in opened:
         c.close()
+
+
+@contextmanager
+def module_database(request: pytest.FixtureRequest, suffix: str) -> Iterator[psycopg.Connection]:
+    """A database of a module's own (a clone of the migrated template), dropped afterwards;
+    for module-scoped fixtures that load and embed once."""
+    proc = request.getfixturevalue("donto_proc")
+    dbname = f"{proc.dbname}_{suffix}"
+    janitor = DatabaseJanitor(user=proc.user, host=proc.host, port=proc.port, dbname=dbname,
+                              template_dbname=proc.template_dbname, password=proc.password)
+    janitor.drop()
+    with janitor:
+        conn = psycopg.connect(host=proc.host, port=proc.port, user=proc.user, dbname=dbname)
+        register_vector_if_present(conn)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+def write_chat(root: Path, cid: str, batches, questions=None) -> Path:
+    """A BEAM conversation directory root/chats/100K/CID (chat.json, probing questions)."""
+    d = root / "chats" / "100K" / cid
+    (d / "probing_questions").mkdir(parents=True)
+    (d / "chat.json").write_text(batches if isinstance(batches, str) else json.dumps(batches))
+    (d / "probing_questions" / "probing_questions.json").write_text(json.dumps(questions or {}))
+    return d

@@ -7,17 +7,14 @@ the first batch of 100K/1 as a second conversation, so the model loads once.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import psycopg
 import pytest
-from pytest_postgresql.janitor import DatabaseJanitor
 
 from donto_pg import embedder, loader
-from donto_pg.db import register_vector_if_present
 from donto_pg.embed import embed_pending
 from donto_pg.evaluate import eval_recall, format_table
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, module_database, write_chat
 
 pytestmark = pytest.mark.slow
 
@@ -33,27 +30,16 @@ def _first_batch(conv: str) -> list:
 @pytest.fixture(scope="module")
 def edb(request, tmp_path_factory):
     """A database with 100K/13 (and its probing questions) and batch 1 of 100K/1, embedded."""
-    proc = request.getfixturevalue("donto_proc")
-    dbname = f"{proc.dbname}_eval"
-    janitor = DatabaseJanitor(user=proc.user, host=proc.host, port=proc.port, dbname=dbname,
-                              template_dbname=proc.template_dbname, password=proc.password)
-    janitor.drop()
-    with janitor:
-        conn = psycopg.connect(host=proc.host, port=proc.port, user=proc.user, dbname=dbname)
-        register_vector_if_present(conn)
+    with module_database(request, "eval") as conn:
         res = loader.load_beam(conn, str(EXAMPLES / "chats" / "100K" / "13"))
         assert [r.ok for r in res] == [True], res[0].error
-        root: Path = tmp_path_factory.mktemp("eval") / "chats" / "100K" / "1"
-        (root / "probing_questions").mkdir(parents=True)
-        (root / "chat.json").write_text(json.dumps(_first_batch("1")))
-        (root / "probing_questions" / "probing_questions.json").write_text("{}")
-        res = loader.load_beam(conn, str(root))
+        d = write_chat(tmp_path_factory.mktemp("eval"), "1", _first_batch("1"))
+        res = loader.load_beam(conn, str(d))
         assert [r.ok for r in res] == [True], res[0].error
         conn.commit()
         embed_pending(conn, progress=False)
         conn.commit()
         yield conn
-        conn.close()
 
 
 @pytest.fixture(scope="module")

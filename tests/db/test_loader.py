@@ -7,14 +7,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from donto_pg import beam, loader
 from donto_pg.windows import recall_windows
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, write_chat
 
 CONV13 = EXAMPLES / "chats" / "100K" / "13"
 
@@ -23,14 +22,6 @@ def counts(conn) -> dict[str, int]:
     tables = ["document", "revision", "turn", "statement", "x_memory_record",
               "x_memory_lexical", "projection", "probe_question", "context"]
     return {t: conn.execute(f"select count(*) from donto.{t}").fetchone()[0] for t in tables}
-
-
-def write_chat(root: Path, cid: str, batches, questions=None) -> Path:
-    d = root / "chats" / "100K" / cid
-    (d / "probing_questions").mkdir(parents=True)
-    (d / "chat.json").write_text(batches if isinstance(batches, str) else json.dumps(batches))
-    (d / "probing_questions" / "probing_questions.json").write_text(json.dumps(questions or {}))
-    return d
 
 
 def small_chat(text="I moved to Berlin in March.", anchor="March-15-2024", ids=(0, 1)):

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import psycopg
 import pytest
-from pytest_postgresql.janitor import DatabaseJanitor
 
 from donto_pg import loader
-from donto_pg.db import register_vector_if_present
 from donto_pg.embed import embed_pending
 from donto_pg.payload import Hit, build_payload, default_chunk_tokens
 from donto_pg.tokens import count_json_tokens, count_tokens, render_json
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, module_database, write_chat
 
 pytestmark = pytest.mark.slow
 
@@ -57,25 +54,14 @@ def _chat() -> list[dict]:
 @pytest.fixture(scope="module")
 def pdb(request, tmp_path_factory):
     """One database per module (a clone of the migrated template) with the chat embedded."""
-    proc = request.getfixturevalue("donto_proc")
-    dbname = f"{proc.dbname}_payload"
-    janitor = DatabaseJanitor(user=proc.user, host=proc.host, port=proc.port, dbname=dbname,
-                              template_dbname=proc.template_dbname, password=proc.password)
-    janitor.drop()
-    with janitor:
-        conn = psycopg.connect(host=proc.host, port=proc.port, user=proc.user, dbname=dbname)
-        register_vector_if_present(conn)
-        root: Path = tmp_path_factory.mktemp("payload") / "chats" / "100K" / "1"
-        (root / "probing_questions").mkdir(parents=True)
-        (root / "chat.json").write_text(json.dumps(_chat()))
-        (root / "probing_questions" / "probing_questions.json").write_text("{}")
-        res = loader.load_beam(conn, str(root.parent.parent.parent))
+    with module_database(request, "payload") as conn:
+        d = write_chat(tmp_path_factory.mktemp("payload"), "1", _chat())
+        res = loader.load_beam(conn, str(d.parent.parent.parent))
         assert [r.ok for r in res] == [True], res[0].error
         conn.commit()
         embed_pending(conn, progress=False)
         conn.commit()
         yield conn
-        conn.close()
 
 
 def call(conn, query: str, max_tokens: int | None, **kw) -> tuple[dict, str]:
