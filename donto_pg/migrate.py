@@ -234,7 +234,7 @@ superuser = true
 # The released versions before this one, each with its last migration. Their
 # extension/donto--<version>.sql (and update scripts into them) are frozen files;
 # only this version's script and the update script from the last release are built.
-RELEASED = {"0.1.0": "006-ab.sql"}
+RELEASED = {"0.1.0": "006-ab.sql", "0.2.0": "007-recall-lexical.sql"}
 
 _CONFIG_DUMP = (
     "-- Let pg_dump keep the data of every table (extension member tables are otherwise\n"
