@@ -76,8 +76,11 @@ def db_status(as_json: JsonOpt = False) -> None:
 
 @db_app.command("url")
 def db_url(dsn: DsnOpt = None) -> None:
-    """Print the DSN commands use (psql "$(donto-pg db url)" works)."""
+    """Print the DSN commands use (psql "$(donto-pg db url)" works). For the embedded
+    cluster, standard error says how psql authenticates (peer: by OS user)."""
     typer.echo(dbmod.resolve_dsn(dsn))
+    if dsn is None:
+        typer.echo(Cluster.default().auth_note(), err=True)
 
 
 # -- migrate / extension ------------------------------------------------------------

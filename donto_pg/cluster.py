@@ -11,8 +11,16 @@ is closed to the server's OS user)::
 
 PostgreSQL refuses to run as root, so when we are root the server runs as the
 ``postgres`` OS user (``runuser``) and owns ``pgdata`` and ``run``. The
-superuser inside the cluster is always ``donto``, with trust authentication on
-the private socket.
+superuser inside the cluster is always ``donto``.
+
+Who can connect (two independent locks, both set again on every start, so a
+cluster made by an older version is upgraded in place and reloaded):
+
+- the socket directory and the socket are mode 0700, owned by the server's OS
+  user: no other OS user but root can even reach the server;
+- ``pg_hba.conf`` allows the unix socket only: role ``donto`` by peer
+  authentication through the ``donto`` ident map (the server's OS user and
+  root), every other role by password (scram-sha-256). There are no TCP lines.
 """
 
 from __future__ import annotations
@@ -31,6 +39,15 @@ PG_BIN = Path(os.environ.get("DONTO_PG_BIN", "/usr/lib/postgresql/15/bin"))
 SUPERUSER = "donto"
 DBNAME = "donto"
 PORT = 5432  # only names the socket file; the socket dir is private
+IDENT_MAP = "donto"
+
+HBA_CONF = f"""\
+# Managed by donto-pg: rewritten on every `donto-pg db start`; edits are lost.
+# Unix socket only (no TCP lines: a TCP connection is refused even if enabled).
+# TYPE  DATABASE  USER         METHOD
+local   all       {SUPERUSER:<12} peer map={IDENT_MAP}
+local   all       all          scram-sha-256
+"""
 
 
 def _shared_buffers() -> str:
@@ -52,6 +69,7 @@ SERVER_SETTINGS = {
     "work_mem": "64MB",
     "max_connections": "60",
     "max_wal_size": "4GB",
+    "unix_socket_permissions": "0700",
 }
 
 
@@ -67,6 +85,13 @@ def default_home() -> Path:
         return Path("/var/lib/donto-pg")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "donto-pg"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError as exc:
+        raise ClusterError(f"OS user id {uid} has no name (peer authentication needs one)") from exc
 
 
 def _server_user() -> str | None:
@@ -114,6 +139,46 @@ class Cluster:
     def conninfo(self, dbname: str = DBNAME) -> dict[str, object]:
         return {"host": str(self.sockdir), "port": PORT, "user": SUPERUSER, "dbname": dbname}
 
+    # -- who may connect ---------------------------------------------------------
+    def peer_users(self) -> list[str]:
+        """The OS users peer authentication lets in as ``donto``: the server's OS user (the
+        owner of ``pgdata``: whoever created the cluster, or ``postgres`` when root did) and
+        root (who can read the data files anyway)."""
+        if self.datadir.exists():
+            owner = _user_name(self.datadir.stat().st_uid)
+        else:
+            owner = _server_user() or _user_name(os.geteuid())
+        return sorted({owner, "root"})
+
+    def auth_note(self) -> str:
+        """How a client authenticates to this cluster, in one sentence."""
+        return (f"psql and other libpq clients authenticate by peer (the OS user): "
+                f"{', '.join(self.peer_users())} may connect as {SUPERUSER}; any other role "
+                "needs its password; no other OS user can reach the socket")
+
+    def _write_auth(self) -> bool:
+        """Write the managed pg_hba.conf and pg_ident.conf; True if either changed."""
+        ident = "".join(f'{IDENT_MAP}  "{u}"  {SUPERUSER}\n' for u in self.peer_users())
+        files = {
+            "pg_hba.conf": HBA_CONF,
+            "pg_ident.conf": "# Managed by donto-pg: the OS users that connect as "
+                             f"{SUPERUSER} (peer authentication).\n"
+                             "# MAPNAME  SYSTEM-USERNAME  PG-USERNAME\n" + ident,
+        }
+        stat = self.datadir.stat()
+        changed = False
+        for name, text in files.items():
+            path = self.datadir / name
+            if path.exists() and path.read_text() == text:
+                continue
+            tmp = path.with_name(name + ".donto-new")
+            tmp.write_text(text)
+            tmp.chmod(0o600)
+            os.chown(tmp, stat.st_uid, stat.st_gid)
+            tmp.replace(path)
+            changed = True
+        return changed
+
     # -- running commands as the server's OS user ---------------------------
     def _run(self, args: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         user = _server_user()
@@ -129,16 +194,21 @@ class Cluster:
         return proc
 
     def _prepare_dirs(self) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
         user = _server_user()
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if user else 0o700)
+        want = user or _user_name(os.geteuid())
+        if self.datadir.exists() and (owner := _user_name(self.datadir.stat().st_uid)) != want:
+            raise ClusterError(f"{self.datadir} belongs to the OS user {owner!r}, not {want!r}: "
+                               f"run donto-pg as {owner!r} (or connect with its DSN)")
         for d in (self.datadir, self.sockdir):
             d.mkdir(exist_ok=True)
             if user:
                 shutil.chown(d, user, user)
         self.datadir.chmod(0o700)
-        self.sockdir.chmod(0o755 if user else 0o700)
+        self.sockdir.chmod(0o700)  # root reaches it anyway; nobody else may
+        self.logfile.touch(mode=0o600, exist_ok=True)
+        self.logfile.chmod(0o600)
         if user:
-            self.logfile.touch(exist_ok=True)
             shutil.chown(self.logfile, user, user)
             # The server's user must be able to reach its directories.
             proc = self._run(["test", "-w", str(self.sockdir)], check=False)
@@ -150,7 +220,7 @@ class Cluster:
 
     @contextlib.contextmanager
     def _lock(self):
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if _server_user() else 0o700)
         with open(self.home / ".lock", "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
@@ -178,17 +248,24 @@ class Cluster:
         self._prepare_dirs()
         self._run([
             str(PG_BIN / "initdb"), "-D", str(self.datadir), "-U", SUPERUSER,
-            "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions",
+            "--auth-local=peer", "--auth-host=reject", "-E", "UTF8", "--locale=C.UTF-8",
+            "--no-instructions",
         ])
         return True
 
     def start(self) -> bool:
-        """Start the server (creating the cluster first). Returns True if it started now."""
+        """Start the server (creating the cluster first). Returns True if it started now.
+
+        Either way the directory modes and the authentication files are set again (a
+        running server reloads them when they changed): idempotent."""
         with self._lock():
             self.init()
-            if self.is_running():
-                return False
             self._prepare_dirs()
+            auth_changed = self._write_auth()
+            if self.is_running():
+                if auth_changed:
+                    self._run([str(PG_BIN / "pg_ctl"), "reload", "-D", str(self.datadir)])
+                return False
             settings = {**SERVER_SETTINGS, **(self.settings or {})}
             opts = " ".join(f"-c {k}={v}" for k, v in settings.items())
             opts += f" -k {self.sockdir} -p {PORT}"
@@ -209,8 +286,8 @@ class Cluster:
             return True
 
     def ensure_running(self) -> None:
-        if not self.is_running():
-            self.start()
+        """Start the server unless it runs; either way its access rules are current."""
+        self.start()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
         import psycopg
@@ -241,4 +318,5 @@ class Cluster:
             "running": self.is_running(),
             "dsn": self.dsn(),
             "server_user": _server_user() or pwd.getpwuid(os.geteuid()).pw_name,
+            "auth": self.auth_note(),
         }

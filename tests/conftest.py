@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -130,3 +132,15 @@ def write_chat(root: Path, cid: str, batches, questions=None) -> Path:
     (d / "chat.json").write_text(batches if isinstance(batches, str) else json.dumps(batches))
     (d / "probing_questions" / "probing_questions.json").write_text(json.dumps(questions or {}))
     return d
+
+
+def run_cli_as(*args: str, env: dict[str, str], user: str | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    """Run ``donto-pg ARGS``; with ``user``, as that OS user (we must be root)."""
+    cmd = [sys.executable, "-m", "donto_pg", *args]
+    if user:
+        # The venv's interpreter may live under root's closed home: run the system
+        # Python 3.11 on the same packages, as the server's PL/Python does.
+        env = {**env, "PYTHONPATH": os.pathsep.join(migrate.python_path())}
+        cmd = ["runuser", "-u", user, "--", "/usr/bin/python3", "-m", "donto_pg", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=180)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import psycopg
 import pytest
 
 from donto_pg import migrate
+from tests.conftest import run_cli_as
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -218,16 +218,6 @@ def test_alter_extension_update_from_the_last_release_keeps_the_data(fresh_db):
                            "from donto.x_memory_lexical").fetchone()[0]
 
 
-def run_cli(*args: str, env: dict[str, str], user: str | None = None):
-    cmd = [sys.executable, "-m", "donto_pg", *args]
-    if user:
-        # The venv's interpreter may live under root's closed home: run the system
-        # Python 3.11 on the same packages, as the server's PL/Python does.
-        env = {**env, "PYTHONPATH": os.pathsep.join(migrate.python_path())}
-        cmd = ["runuser", "-u", user, "--", "/usr/bin/python3", "-m", "donto_pg", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=180)
-
-
 def test_embedded_cluster_lifecycle_as_an_ordinary_user(tmp_path):
     """As root: run the CLI as the unprivileged 'nobody'; otherwise as ourselves."""
     user = "nobody" if os.geteuid() == 0 else None
@@ -237,26 +227,26 @@ def test_embedded_cluster_lifecycle_as_an_ordinary_user(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DONTO_DSN"}
     env["DONTO_HOME"] = str(home / "h")
     try:
-        r = run_cli("db", "start", env=env, user=user)
+        r = run_cli_as("db", "start", env=env, user=user)
         assert r.returncode == 0, r.stderr
         assert "started" in r.stdout
-        url = run_cli("db", "url", env=env, user=user).stdout.strip()
+        url = run_cli_as("db", "url", env=env, user=user).stdout.strip()
         assert url.startswith("postgresql://donto@/donto?host=")
-        r = run_cli("migrate", "--json", env=env, user=user)
+        r = run_cli_as("migrate", "--json", env=env, user=user)
         assert r.returncode == 0, r.stderr
         assert '"applied"' in r.stdout
-        r = run_cli("migrate", env=env, user=user)
+        r = run_cli_as("migrate", env=env, user=user)
         assert "up to date" in r.stdout
-        r = run_cli("migrate", "--status", env=env, user=user)
+        r = run_cli_as("migrate", "--status", env=env, user=user)
         assert "applied  001-core.sql" in r.stdout
         psql = subprocess.run(["psql", url, "-Atc", "select count(*) from donto.migration"],
                               capture_output=True, text=True,
                               user=user if user else None)
         assert psql.stdout.strip() == str(len(migrate.migrations())), psql.stderr
-        r = run_cli("db", "stop", env=env, user=user)
+        r = run_cli_as("db", "stop", env=env, user=user)
         assert "stopped" in r.stdout
-        assert run_cli("db", "status", "--json", env=env, user=user).stdout.count(
+        assert run_cli_as("db", "status", "--json", env=env, user=user).stdout.count(
             '"running": false') == 1
     finally:
-        run_cli("db", "stop", env=env, user=user)
+        run_cli_as("db", "stop", env=env, user=user)
         shutil.rmtree(home, ignore_errors=True)
