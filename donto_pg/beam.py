@@ -71,6 +71,7 @@ import ast
 import datetime
 import json
 import re
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -312,6 +313,12 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _too_deep() -> str:
+    """The message for input nested past the interpreter's recursion limit."""
+    return ("JSON nested too deeply to read (arrays or objects inside one another past "
+            f"Python's recursion limit of {sys.getrecursionlimit()})")
+
+
 def _load_json_text(text: str, source: str) -> Any:
     try:
         return json.loads(text)
@@ -319,6 +326,8 @@ def _load_json_text(text: str, source: str) -> Any:
         raise BeamFormatError(
             f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", source=source
         ) from None
+    except RecursionError:
+        raise BeamFormatError(_too_deep(), source=source) from None
 
 
 def _read_text(path: Path) -> str:
@@ -980,6 +989,9 @@ def _guard(load: Any, *args: Any, conversation_id: str | None) -> Conversation |
         if exc.conversation_id is None:
             exc.conversation_id = conversation_id
         return exc
+    except RecursionError:  # nesting that parsed but is too deep to walk
+        return BeamFormatError(_too_deep(), source=str(args[0])[:200],
+                               conversation_id=conversation_id)
 
 
 def _scale_of_dir(name: str, scale: str | None) -> tuple[str, bool]:
@@ -1070,6 +1082,9 @@ def _iter_rows_file(
                         source=str(path),
                     )
                 )
+                continue
+            except RecursionError:
+                errors.append(BeamFormatError(_too_deep(), source=src))
                 continue
             cid = str(row.get("conversation_id", "")).strip() if isinstance(row, dict) else ""
             index.append((_id_sort_key(cid), line_no, offset, cid))

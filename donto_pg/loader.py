@@ -100,7 +100,7 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
                 (rev, window_chars, lexical)).fetchone()[0]
         res.revision_id, res.new_revision, res.chars = rev, existed is None, len(body)
         res.ok = True
-    except (psycopg.Error, ValueError) as exc:
+    except (psycopg.Error, ValueError, RecursionError) as exc:
         res.error = f"{conv.conversation_id}: {str(exc).strip()}"
     return res
 

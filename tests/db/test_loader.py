@@ -166,6 +166,38 @@ def test_cli_load_reports_failures_with_exit_code(db, tmp_path):
     assert (summary["loaded"], summary["failed"]) == (1, 1)
 
 
+def test_deeply_nested_json_fails_its_conversation_alone(db, tmp_path):
+    """100,000 nested '[' (a RecursionError in json) fail that conversation with its file
+    named, through the CLI; the run goes on and the others load."""
+    write_chat(tmp_path, "1", small_chat())
+    deep = write_chat(tmp_path, "2", "[" * 100_000)
+    deep_questions = write_chat(tmp_path, "3", small_chat(text="I like tea."))
+    (deep_questions / "probing_questions" / "probing_questions.json").write_text('{"a":' * 100_000)
+    write_chat(tmp_path, "4", small_chat(text="I play chess."))
+    db.commit()
+    r = run_cli(db, "load-beam", str(tmp_path), "--no-embed", "--json", "--jobs", "1")
+    assert r.returncode == 1, r.stderr
+    summary = json.loads(r.stdout)
+    assert (summary["loaded"], summary["failed"]) == (2, 2)
+    errors = {c["conversation"]: c["error"] for c in summary["conversations"] if not c["ok"]}
+    assert errors.keys() == {"100K/2", "100K/3"}
+    assert errors["100K/2"].startswith(f"{deep / 'chat.json'}: JSON nested too deeply")
+    assert errors["100K/3"].startswith(
+        f"{deep_questions / 'probing_questions' / 'probing_questions.json'}: JSON nested")
+    assert db.execute("select array_agg(iri order by iri) from donto.document").fetchone()[0] \
+        == ["beam:100K/1", "beam:100K/4"]
+
+
+def test_deeply_nested_json_lines_row_fails_alone(db, tmp_path):
+    rows = (EXAMPLES / "hf-sample" / "beam-100K-sample.jsonl").read_text().splitlines()
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join([rows[0], "[" * 100_000, *rows[1:]]) + "\n")
+    results = loader.load_beam(db, str(path), scale="100K")
+    assert [r.ok for r in results].count(True) == len(rows)
+    bad = [r.error for r in results if not r.ok]
+    assert len(bad) == 1 and bad[0].startswith(f"{path} (line 2): JSON nested too deeply")
+
+
 def test_embed_resumes_after_kill(db, tmp_path):
     """Kill `donto-pg embed` mid-run; a second run finishes with no duplicate or gap."""
     chat = small_chat()
