@@ -9,7 +9,8 @@ the order given::
     base_url = "https://api.groq.com/openai/v1"    # POSTs go to {base_url}/chat/completions
     model = "llama-3.3-70b-versatile"
     api_key_env = "GROQ_API_KEY"                   # env var holding the key (optional)
-    timeout = 60                                   # seconds per request (default 60)
+    timeout = 60                                   # seconds per connect or read (default 60)
+    deadline = 300                                 # seconds for the whole request (default 300)
     max_tokens = 4096                              # default 2048
     temperature = 0.0                              # default 0.0
 
@@ -27,7 +28,9 @@ Bearer <key>``; it is never stored, logged or put in an error message.
 
 :class:`ProviderPool` sends each request to the current provider. On HTTP 429,
 a quota error (403 whose body mentions "quota"), a 5xx, a connection error or
-timeout, or a malformed 200 response it puts that provider in a cool-down
+timeout, a request that outlives its provider's ``deadline`` (a server that
+trickles its answer never trips the per-read ``timeout``: the deadline cuts the
+socket off), or a malformed 200 response it puts that provider in a cool-down
 (``Retry-After`` when the server sends one, else exponential backoff with
 jitter), rotates to the next provider, and sleeps only when every provider is
 cooling down. Any other 4xx raises :class:`ProviderFatalError` at once. When
@@ -42,12 +45,14 @@ pipeline runs offline (``ProviderPool.baseline()``).
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import http.client
 import json
 import logging
 import os
 import random
+import socket
 import threading
 import time
 import tomllib
@@ -76,6 +81,11 @@ log = logging.getLogger(__name__)
 #: The special provider name answered locally by the rule-based extractor.
 BASELINE = "baseline"
 
+#: Seconds a whole request may take (connect, send, every read) before the next provider is
+#: tried; a provider's ``deadline`` overrides it. Generous for a long completion at a slow
+#: provider, short enough that a stalled one cannot hold a run.
+DEFAULT_DEADLINE_S = 300.0
+
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _SNIPPET = 300
 
@@ -86,7 +96,8 @@ class Provider:
 
     ``base_url`` is the API root, e.g. ``https://api.openai.com/v1``; requests go
     to ``{base_url}/chat/completions``. ``api_key_env`` names the environment
-    variable holding the key (None: send no Authorization header).
+    variable holding the key (None: send no Authorization header). ``timeout``
+    bounds each connect and each read; ``deadline`` the whole request.
     """
 
     name: str
@@ -96,6 +107,7 @@ class Provider:
     timeout: float = 60.0
     max_tokens: int = 2048
     temperature: float = 0.0
+    deadline: float = DEFAULT_DEADLINE_S
 
     @property
     def is_baseline(self) -> bool:
@@ -147,7 +159,8 @@ class _Retryable(Exception):
 
 # --- configuration ----------------------------------------------------------
 
-_FIELDS = {"name", "base_url", "model", "api_key_env", "timeout", "max_tokens", "temperature"}
+_FIELDS = {"name", "base_url", "model", "api_key_env", "timeout", "deadline", "max_tokens",
+           "temperature"}
 
 
 def _provider_from_table(i: int, table: Any) -> Provider:
@@ -178,18 +191,20 @@ def _provider_from_table(i: int, table: Any) -> Provider:
         raise ValueError(f"{where} ({name}): 'api_key_env' must be a variable name")
     try:
         timeout = float(table.get("timeout", 60.0))
+        deadline = float(table.get("deadline", DEFAULT_DEADLINE_S))
         max_tokens = int(table.get("max_tokens", 2048))
         temperature = float(table.get("temperature", 0.0))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where} ({name}): {exc}") from None
-    if timeout <= 0 or max_tokens <= 0:
-        raise ValueError(f"{where} ({name}): timeout and max_tokens must be positive")
+    if min(timeout, deadline) <= 0 or max_tokens <= 0:
+        raise ValueError(f"{where} ({name}): timeout, deadline and max_tokens must be positive")
     return Provider(
         name=name,
         base_url=table["base_url"],
         model=table["model"],
         api_key_env=env,
         timeout=timeout,
+        deadline=deadline,
         max_tokens=max_tokens,
         temperature=temperature,
     )
@@ -264,12 +279,83 @@ def _content(message: Any) -> str:
     raise _Retryable(f"malformed response: content is a {type(content).__name__}")
 
 
+class _Deadline:
+    """Cuts one request off after ``seconds`` of wall-clock time.
+
+    The socket timeout bounds each connect and read, not their sum: a server that
+    sends a byte a second holds a request forever. A timer shuts the request's socket
+    down when the time is up, which ends any read blocked on it; ``expired`` tells why.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def connection(self, base: type[http.client.HTTPConnection]) -> Callable[..., Any]:
+        """A factory for urllib's ``do_open``: ``base`` connections whose sockets we watch
+        (from the TCP connect on, so a proxy tunnel and the TLS handshake count too)."""
+
+        def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+            conn = base(host, **kwargs)
+            create = conn._create_connection  # type: ignore[attr-defined]
+            conn._create_connection = (  # type: ignore[attr-defined]
+                lambda *a, **k: self.watch(create(*a, **k)))
+            return conn
+
+        return make
+
+
+def _shut(sock: socket.socket) -> None:
+    # socket.socket.shutdown, not SSLSocket's: end the TCP stream under a blocked reader
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(self._deadline.connection(http.client.HTTPConnection), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(self._deadline.connection(http.client.HTTPSConnection), req,
+                            context=self._context)  # type: ignore[attr-defined]
+
+
 class _Http:
     """Posts one chat-completions request and classifies the outcome."""
-
-    def __init__(self) -> None:
-        self._direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        self._default = urllib.request.build_opener()
 
     def post(
         self, provider: Provider, messages: Sequence[Mapping[str, str]], key: str | None
@@ -290,17 +376,29 @@ class _Http:
             method="POST",
         )
         host = urllib.parse.urlsplit(provider.endpoint).hostname or ""
-        opener = self._direct if host in _LOOPBACK else self._default
         started = time.monotonic()
-        try:
-            with opener.open(request, timeout=provider.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            body = exc.read().decode("utf-8", "replace") if exc.fp is not None else ""
-            raise self._status_error(provider, exc.code, body, exc.headers) from None
-        except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
-            reason = getattr(exc, "reason", None) or exc
-            raise _Retryable(f"connection error: {reason}") from None
+        error: urllib.error.HTTPError | None = None
+        with _Deadline(provider.deadline) as deadline:
+            # one opener per request: its handlers carry this request's deadline
+            opener = urllib.request.build_opener(
+                urllib.request.ProxyHandler({} if host in _LOOPBACK else None),
+                _HTTPHandler(deadline), _HTTPSHandler(deadline))
+            try:
+                try:
+                    with opener.open(request, timeout=provider.timeout) as resp:
+                        raw = resp.read()
+                except urllib.error.HTTPError as exc:
+                    error = exc
+                    raw = exc.read() if exc.fp is not None else b""
+            except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
+                if not deadline.expired:
+                    reason = getattr(exc, "reason", None) or exc
+                    raise _Retryable(f"connection error: {reason}") from None
+        if deadline.expired:
+            raise _Retryable(f"no complete answer within the {provider.deadline:g}s deadline")
+        if error is not None:
+            body = raw.decode("utf-8", "replace")
+            raise self._status_error(provider, error.code, body, error.headers)
         latency = time.monotonic() - started
         return self._parse(provider, raw, latency)
 

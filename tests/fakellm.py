@@ -16,8 +16,9 @@ A :class:`Reply` is either plain content (``Reply(content="[]")``) or a
 failure: an HTTP status with a body and headers (``FakeLLM.rate_limited(3)``
 sends 429 with ``Retry-After: 3``; ``server_error()``, ``http_error(400)``),
 an invalid JSON body (``invalid_json()``) or a hijacked prose answer
-(``hijacked()``). When ``api_key`` is set, requests without
-``Authorization: Bearer <api_key>`` get a 401.
+(``hijacked()``). ``trickling(1.0)`` sends a whole answer, status line included,
+one byte a second (until the client hangs up or the server stops). When
+``api_key`` is set, requests without ``Authorization: Bearer <api_key>`` get a 401.
 
 Every request is recorded in :attr:`FakeLLM.requests` (headers, JSON body,
 prompt, status sent). Use it as a context manager, or as a fixture::
@@ -60,6 +61,7 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     finish_reason: str = "stop"
+    trickle_s: float = 0.0  # > 0: send the raw response one byte per trickle_s seconds
 
 
 @dataclass
@@ -138,6 +140,12 @@ class FakeLLM:
     def hijacked(text: str = HIJACKED_TUTORIAL) -> Reply:
         """A well-formed completion whose content obeys the source (a tutorial)."""
         return Reply(content=text)
+
+    @staticmethod
+    def trickling(seconds_per_byte: float = 1.0) -> Reply:
+        """A good answer sent one byte at a time, ``seconds_per_byte`` apart: every read
+        gets a byte well within any per-read timeout, the whole takes minutes."""
+        return Reply(content="[]", trickle_s=seconds_per_byte)
 
     # -- scripting -------------------------------------------------------------------
 
@@ -234,8 +242,9 @@ class FakeLLM:
             self._counter += 1
             return self._counter
 
-    def handle(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, dict, bytes]:
-        """Produce (status, headers, body) for one request, and record it."""
+    def handle(self, path: str, headers: dict[str, str],
+               raw: bytes) -> tuple[int, dict, bytes, float]:
+        """Produce (status, headers, body, trickle seconds) for one request, and record it."""
         try:
             body: Any = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -248,25 +257,26 @@ class FakeLLM:
             )
         rec = RecordedRequest(path=path, headers=headers, body=body, prompt=prompt)
         self._record(rec)
-        status, out_headers, out = self._respond(path, headers, body, messages, prompt)
+        reply, (status, out_headers, out) = self._respond(path, headers, body, messages, prompt)
         rec.status = status
-        return status, out_headers, out
+        return status, out_headers, out, reply.trickle_s if reply else 0.0
 
     def _respond(
         self, path: str, headers: dict[str, str], body: Any, messages: Any, prompt: str
-    ) -> tuple[int, dict, bytes]:
+    ) -> tuple[Reply | None, tuple[int, dict, bytes]]:
         if path.rstrip("/") != "/v1/chat/completions":
-            return _json(404, json.loads(_error_body(f"no route {path}", "not_found")))
+            return None, _json(404, json.loads(_error_body(f"no route {path}", "not_found")))
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
-            return _json(401, json.loads(_error_body("Incorrect API key provided", "auth")))
+            return None, _json(401, json.loads(_error_body("Incorrect API key provided", "auth")))
         if not isinstance(messages, list) or not messages:
-            return _json(400, json.loads(_error_body("'messages' is required", "bad_request")))
+            return None, _json(400, json.loads(_error_body("'messages' is required",
+                                                           "bad_request")))
         reply = self._choose(prompt)
         if reply.delay_s:
             time.sleep(reply.delay_s)
         if reply.body is not None:
             hdrs = {"Content-Type": "application/json", **dict(reply.headers)}
-            return reply.status, hdrs, reply.body.encode("utf-8")
+            return reply, (reply.status, hdrs, reply.body.encode("utf-8"))
         content = reply.content if reply.content is not None else self.default
         n = self._next_id()
         completion = {
@@ -289,7 +299,7 @@ class FakeLLM:
         }
         status, hdrs, out = _json(reply.status, completion)
         hdrs.update(reply.headers)
-        return status, hdrs, out
+        return reply, (status, hdrs, out)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -300,13 +310,30 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
-        status, out_headers, out = self.fake.handle(self.path, headers, raw)
+        status, out_headers, out, trickle_s = self.fake.handle(self.path, headers, raw)
+        if trickle_s:
+            self._trickle(status, out_headers, out, trickle_s)
+            return
         self.send_response(status)
         for key, value in out_headers.items():
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+
+    def _trickle(self, status: int, headers: dict, out: bytes, seconds: float) -> None:
+        lines = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}",
+                 *(f"{k}: {v}" for k, v in headers.items()), f"Content-Length: {len(out)}"]
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + out
+        self.close_connection = True
+        for i in range(len(data)):
+            if not self.fake.running:
+                return
+            try:
+                self.wfile.write(data[i:i + 1])
+            except OSError:  # the client gave up: that is the point
+                return
+            time.sleep(seconds)
 
     def do_GET(self) -> None:
         out = _error_body("use POST /v1/chat/completions", "method_not_allowed").encode()

@@ -19,6 +19,7 @@ import pytest
 
 from donto_pg.claims import looks_like_injection, parse_response
 from donto_pg.llm import (
+    DEFAULT_DEADLINE_S,
     Completion,
     Provider,
     ProviderError,
@@ -93,6 +94,7 @@ base_url = "https://api.groq.com/openai/v1"
 model = "llama-3.3-70b-versatile"
 api_key_env = "GROQ_API_KEY"
 timeout = 30
+deadline = 90
 max_tokens = 4096
 temperature = 0.2
 
@@ -108,11 +110,10 @@ name = "baseline"
     )
     groq, local, base = load_providers(cfg)
     assert groq == Provider("groq", "https://api.groq.com/openai/v1", "llama-3.3-70b-versatile",
-                            "GROQ_API_KEY", 30.0, 4096, 0.2)
+                            "GROQ_API_KEY", 30.0, 4096, 0.2, deadline=90.0)
     assert groq.endpoint == "https://api.groq.com/openai/v1/chat/completions"
-    assert (local.api_key_env, local.timeout, local.max_tokens, local.temperature) == (
-        None, 60.0, 2048, 0.0
-    )
+    assert (local.api_key_env, local.timeout, local.max_tokens, local.temperature,
+            local.deadline) == (None, 60.0, 2048, 0.0, DEFAULT_DEADLINE_S)
     assert base.is_baseline and base.model == "donto-baseline-v1"
     assert [p.name for p in ProviderPool.from_config(cfg).providers] == ["groq", "local",
                                                                           "baseline"]
@@ -131,6 +132,8 @@ name = "baseline"
         ('[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\nretries = 3\n',
          "unknown keys"),
         ('[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\ntimeout = 0\n',
+         "must be positive"),
+        ('[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\ndeadline = -1\n',
          "must be positive"),
         ('[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\n'
          '[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\n', "duplicate"),
@@ -240,6 +243,32 @@ def test_connection_error_rotates(fake_b: FakeLLM, clock: FakeClock) -> None:
     p = pool(dead, provider(fake_b, "b"), clock=clock)
     assert p.complete(MESSAGES).provider == "b"
     assert "connection error" in (p.last_errors()["dead"] or "")
+
+
+def test_a_trickling_provider_is_cut_off_at_its_deadline(
+    fake_b: FakeLLM, clock: FakeClock
+) -> None:
+    """A server that sends one byte a second never trips the per-read timeout (10 s here);
+    the request's deadline ends it, and the next provider answers."""
+    with FakeLLM(ANSWER) as slow:
+        slow.fail_first(3, FakeLLM.trickling(1.0))
+        p = pool(provider(slow, "slow", deadline=2.0), provider(fake_b, "b"), clock=clock)
+        outcome: dict[str, object] = {}
+
+        def call() -> None:
+            started = time.monotonic()
+            outcome["completion"] = p.complete(MESSAGES)
+            outcome["seconds"] = time.monotonic() - started
+
+        worker = threading.Thread(target=call, daemon=True)
+        worker.start()
+        worker.join(timeout=15)  # unbounded, the trickle would take minutes
+        assert not worker.is_alive(), "the trickling provider held the call"
+    assert isinstance(outcome["completion"], Completion)
+    assert outcome["completion"].provider == "b"
+    assert 2.0 <= outcome["seconds"] < 4.0  # the deadline, not the per-read timeout
+    assert len(slow.requests) == 1 and len(fake_b.requests) == 1
+    assert "within the 2s deadline" in (p.last_errors()["slow"] or "")
 
 
 def test_all_attempts_fail(fake_a: FakeLLM, fake_b: FakeLLM, clock: FakeClock) -> None:
