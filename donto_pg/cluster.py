@@ -206,6 +206,8 @@ class Cluster:
                 shutil.chown(d, user, user)
         self.datadir.chmod(0o700)
         self.sockdir.chmod(0o700)  # root reaches it anyway; nobody else may
+        with contextlib.suppress(FileNotFoundError):  # a running server's socket, made by
+            (self.sockdir / f".s.PGSQL.{PORT}").chmod(0o700)  # an older version 0777
         self.logfile.touch(mode=0o600, exist_ok=True)
         self.logfile.chmod(0o600)
         if user:

@@ -68,9 +68,8 @@ def wait_for(check, timeout: float = 10.0) -> bool:
     return True
 
 
-@pytest.fixture
-def root_cluster() -> Iterator[Cluster]:
-    """A fresh embedded cluster started by root (the server runs as ``postgres``)."""
+@pytest.fixture(scope="module")
+def _root_cluster() -> Iterator[Cluster]:
     home = Path("/tmp") / f"donto-auth-{uuid.uuid4().hex[:8]}"
     cluster = Cluster(home, settings=SMALL)
     try:
@@ -80,6 +79,15 @@ def root_cluster() -> Iterator[Cluster]:
     finally:
         cluster.stop()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def root_cluster(_root_cluster: Cluster) -> Cluster:
+    """An embedded cluster started by root (the server runs as ``postgres``), with a password
+    role ``app``; each test gets it as ``db start`` leaves it (which undoes the last test's
+    damage)."""
+    _root_cluster.start()
+    return _root_cluster
 
 
 def test_other_os_users_cannot_reach_a_root_cluster(root_cluster: Cluster) -> None:
@@ -129,6 +137,7 @@ def test_a_running_trust_cluster_is_locked_on_the_next_start(root_cluster: Clust
 
     assert root_cluster.start() is False  # already running: upgraded in place
     assert hba.read_text() == managed
+    assert (root_cluster.sockdir / f".s.PGSQL.{PORT}").stat().st_mode & 0o777 == 0o700
     assert refused(psql_as("nobody", root_cluster.sockdir, "donto"), "Permission denied")
     open_socket(root_cluster)  # only the reloaded pg_hba.conf stands in the way now
     assert wait_for(lambda: refused(psql_as("nobody", root_cluster.sockdir, "donto"),
