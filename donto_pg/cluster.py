@@ -193,9 +193,13 @@ class Cluster:
             )
         return proc
 
+    def _make_home(self) -> None:
+        # as root the server's user (postgres) must traverse it; else it is ours alone
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if _server_user() else 0o700)
+
     def _prepare_dirs(self) -> None:
         user = _server_user()
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if user else 0o700)
+        self._make_home()
         want = user or _user_name(os.geteuid())
         if self.datadir.exists() and (owner := _user_name(self.datadir.stat().st_uid)) != want:
             raise ClusterError(f"{self.datadir} belongs to the OS user {owner!r}, not {want!r}: "
@@ -222,7 +226,7 @@ class Cluster:
 
     @contextlib.contextmanager
     def _lock(self):
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if _server_user() else 0o700)
+        self._make_home()
         with open(self.home / ".lock", "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
