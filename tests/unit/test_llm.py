@@ -266,7 +266,7 @@ def test_a_trickling_provider_is_cut_off_at_its_deadline(
         assert not worker.is_alive(), "the trickling provider held the call"
     assert isinstance(outcome["completion"], Completion)
     assert outcome["completion"].provider == "b"
-    assert 2.0 <= outcome["seconds"] < 4.0  # the deadline, not the per-read timeout
+    assert 2.0 <= outcome["seconds"] < 6.0  # the deadline, not the per-read timeout (10 s)
     assert len(slow.requests) == 1 and len(fake_b.requests) == 1
     assert "within the 2s deadline" in (p.last_errors()["slow"] or "")
 
