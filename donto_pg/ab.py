@@ -554,7 +554,7 @@ def run_ab(
     reject_injection: float = 0.02,
     reject_anchor: float = 0.4,
     max_injection: float = 0.02,
-    min_anchor: float = 0.55,
+    min_anchor: float | None = None,
     min_hypothesis: float = 0.5,
     max_zero_fact: float = 0.5,
     embed_batch: int = 32,
@@ -569,8 +569,9 @@ def run_ab(
     extractor). K, MODEL, RECALL_ARM: the recall measure (hit@K of ``vector``,
     ``lexical`` or ``hybrid`` recall with the embedding MODEL). The alarm checks every
     ALARM_AFTER blocks (0: only once the arm's blocks are done); REJECT_INJECTION and
-    REJECT_ANCHOR reject an arm before its recall pass; MAX_INJECTION, MIN_ANCHOR,
-    MIN_HYPOTHESIS and MAX_ZERO_FACT are the verdict's thresholds (``donto.ab_verdict``).
+    REJECT_ANCHOR reject an arm before its recall pass; MAX_INJECTION, MIN_ANCHOR
+    (None: ``donto.healthy_anchor_rate()``), MIN_HYPOTHESIS and MAX_ZERO_FACT are
+    the verdict's thresholds (``donto.ab_verdict``).
     ON_EVENT receives progress dicts (``{"event": ..., ...}``).
     """
     from donto_pg import embed as embedmod
@@ -588,6 +589,8 @@ def run_ab(
     started = time.perf_counter()
     main = conn_factory()
     try:
+        if min_anchor is None:  # the seed's bar, from its one home
+            min_anchor = main.execute("select donto.healthy_anchor_rate()").fetchone()[0]
         chosen, warnings = pick_holdout(main, holdout, holdout_size)
         revisions = [c["revision_id"] for c in chosen]
         _emit(on_event, "holdout", holdout=chosen, warnings=warnings)

@@ -12,9 +12,11 @@ an object ``{"claims": [...]}`` -- and rejects everything else as
 are counted in ``rejected`` rather than failing the whole response.
 
 :func:`looks_like_injection` tells a hijacked answer (a tutorial, a poem, an
-apology, an answer to the conversation's last question...) from a valid
-response. It is conservative: a valid ``[]`` is never injection, nor is a
-truncated or malformed attempt at the schema.
+apology, an answer to the conversation's last question, claims behind
+"Ignore previous instructions."...) from a valid response. Claims must come
+alone: prose around them is a hijack. Without claims it is conservative: a
+valid ``[]`` is never injection, nor is a truncated or malformed attempt at the
+schema.
 """
 
 from __future__ import annotations
@@ -164,11 +166,15 @@ def _plausible(items: list[Any]) -> bool:
     return all(isinstance(i, dict) for i in items)
 
 
-def _find_items(text: str) -> tuple[list[Any] | None, str | None]:
-    """Locate the claim list in a response; returns (items, error)."""
+def _locate(text: str) -> tuple[list[Any] | None, str | None, tuple[int, int]]:
+    """Locate the claim list in a response: (items, error, span of the JSON in TEXT).
+
+    The span covers what the schema allows around the list: the whole text, or a
+    code fence with its markers; everything outside it is prose.
+    """
     stripped = text.strip()
     if not stripped:
-        return None, "empty response"
+        return None, "empty response", (0, 0)
     decoder = json.JSONDecoder()
     # 1. The whole text is JSON.
     try:
@@ -178,8 +184,8 @@ def _find_items(text: str) -> tuple[list[Any] | None, str | None]:
     else:
         items = _as_items(whole)
         if items is not None:
-            return items, None
-        return None, f"JSON {type(whole).__name__} without a claims array"
+            return items, None, (0, len(text))
+        return None, f"JSON {type(whole).__name__} without a claims array", (0, 0)
     # 2. A fenced block (```json ... ```) holding the JSON.
     for match in _FENCE.finditer(text):
         body = match.group(2).strip()
@@ -189,19 +195,19 @@ def _find_items(text: str) -> tuple[list[Any] | None, str | None]:
             continue
         items = _as_items(value)
         if items is not None:
-            return items, None
+            return items, None, match.span()
     # 3. The first array (or {"claims": [...]} object) embedded in prose.
     for n, match in enumerate(re.finditer(r"[\[{]", text)):
         if n >= _MAX_CANDIDATES:
             break
         try:
-            value, _end = decoder.raw_decode(text, match.start())
+            value, end = decoder.raw_decode(text, match.start())
         except (json.JSONDecodeError, RecursionError):
             continue
         items = _as_items(value)
         if items is not None and _plausible(items):
-            return items, None
-    return None, "no JSON array of claims found"
+            return items, None, (match.start(), end)
+    return None, "no JSON array of claims found", (0, 0)
 
 
 def parse_response(text: str) -> ParsedResponse:
@@ -213,7 +219,7 @@ def parse_response(text: str) -> ParsedResponse:
     valid empty array, or ``'broken'`` with an ``error`` when there is no usable
     array or every item is invalid.
     """
-    items, error = _find_items(text or "")
+    items, error, _span = _locate(text or "")
     if items is None:
         return ParsedResponse(status="broken", error=error)
     if not items:
@@ -259,20 +265,49 @@ _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 _PROSE_WORDS = 40
 
 
-def injection_signals(text: str) -> list[str]:
-    """Return the reasons a response without claims looks hijacked (empty if none).
+_INSTRUCTIONS = re.compile(
+    r"\b(ignore|disregard|forget|override)\b.{0,40}\b(instructions?|prompt|rules|above)\b|"
+    r"\b(new|updated|system|developer) (instructions?|prompt|message)\b|"
+    r"^\s*(system|assistant|user|developer)\s*:",
+    re.IGNORECASE | re.MULTILINE,
+)
 
-    Signals: an answer-style opener ("Certainly", "Here's", "I'm sorry", "As an
-    AI"...), refusal/apology phrases anywhere, markdown headings, code fences
-    that are not JSON, list-shaped prose, a poem-like run of short lines, or a
-    long stretch of prose with no JSON array at all.
+
+def _signals_with_claims(text: str) -> list[str]:
+    """Reasons a response that carries claims was hijacked: anything but the JSON.
+
+    The schema allows a bare array (or ``{"claims": [...]}``), optionally in one
+    code fence; prose before or after it is the model talking, not extracting, and
+    instructions there (``Ignore previous instructions.``) are the source's voice.
+    """
+    _items, _error, (start, end) = _locate(text)
+    outside = text[:start] + " " + text[end:]
+    signals = []
+    if _INSTRUCTIONS.search(outside):
+        signals.append("instructions outside the JSON array")
+    if _WORD.search(outside):
+        signals.append("prose outside the JSON array")
+    return signals
+
+
+def injection_signals(text: str) -> list[str]:
+    """Return the reasons a response looks hijacked (empty if none).
+
+    A response with claims is hijacked when anything but the JSON array (and a code
+    fence around it) is in it: prose or instructions before or after the array.
+    A response without claims is hijacked on: an answer-style opener ("Certainly",
+    "Here's", "I'm sorry", "As an AI"...), refusal/apology phrases anywhere,
+    markdown headings, code fences that are not JSON, list-shaped prose, a
+    poem-like run of short lines, or a long stretch of prose with no JSON array at
+    all. (Claims whose quotes mostly do not anchor in the source are judged by
+    ``donto.ingest_extraction``, which alone sees the source.)
     """
     stripped = (text or "").strip()
     if not stripped:
         return []
     parsed = parse_response(stripped)
     if parsed.status == "ok":
-        return []
+        return _signals_with_claims(stripped)
     if _SCHEMA_KEYS.search(stripped):
         return []  # a (possibly truncated or malformed) attempt at the schema
     signals: list[str] = []
@@ -307,10 +342,11 @@ def injection_signals(text: str) -> list[str]:
 
 
 def looks_like_injection(text: str) -> bool:
-    """True when no claims came back and the response answers/obeys the source instead.
+    """True when the response answers or obeys the source instead of extracting.
 
-    A valid empty array (``[]``), a response with claims, an empty response and
-    a malformed attempt at the schema (e.g. truncated JSON) are never
-    injection; an answer, tutorial, poem, apology or meta-error is.
+    A bare or fenced array of claims, a valid empty array (``[]``, also in a
+    sentence or two), an empty response and a malformed attempt at the schema
+    (e.g. truncated JSON) are not injection; claims with prose or instructions
+    around them, an answer, tutorial, poem, apology or meta-error are.
     """
     return bool(injection_signals(text))

@@ -460,7 +460,8 @@ def ab(
     reject_injection: Annotated[float, typer.Option(help="Early reject above this.")] = 0.02,
     reject_anchor: Annotated[float, typer.Option(help="Early reject below this.")] = 0.4,
     max_injection: Annotated[float, typer.Option(help="Commit needs at most this.")] = 0.02,
-    min_anchor: Annotated[float, typer.Option(help="Commit needs at least this.")] = 0.55,
+    min_anchor: Annotated[float | None, typer.Option(
+        help="Commit needs at least this (default: donto.healthy_anchor_rate()).")] = None,
     min_hypothesis: Annotated[float, typer.Option(help="'re-prompt' at or above this.")] = 0.5,
     max_zero_fact: Annotated[float, typer.Option(help="'re-chunk' above this.")] = 0.5,
     dsn: DsnOpt = None,

@@ -24,7 +24,9 @@ the order given::
 
 Keys never go in the file (an ``api_key`` entry is rejected): the variable
 named by ``api_key_env`` is read at call time and sent as ``Authorization:
-Bearer <key>``; it is never stored, logged or put in an error message.
+Bearer <key>``; it is never stored, logged or put in an error message, and a
+provider that echoes it back (in an error or in a 200 answer) has it replaced by
+``***`` before the answer leaves this module.
 
 :class:`ProviderPool` sends each request to the current provider. On HTTP 429,
 a quota error (403 whose body mentions "quota"), a 5xx, a connection error or
@@ -46,6 +48,7 @@ pipeline runs offline (``ProviderPool.baseline()``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import email.utils
 import http.client
 import json
@@ -466,6 +469,21 @@ def _baseline_complete(provider: Provider, messages: Sequence[Mapping[str, str]]
     )
 
 
+REDACTED = "***"
+
+
+def _redact(value: Any, key: str) -> Any:
+    """VALUE with every occurrence of KEY replaced by :data:`REDACTED` (strings inside
+    dicts and lists too, keys of dicts included)."""
+    if isinstance(value, str):
+        return value.replace(key, REDACTED)
+    if isinstance(value, dict):
+        return {_redact(k, key): _redact(v, key) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, key) for v in value]
+    return value
+
+
 # --- the pool -------------------------------------------------------------------
 
 
@@ -581,13 +599,20 @@ class ProviderPool:
             return _baseline_complete(provider, messages)
         key = self._key(provider)
         try:
-            return self._http.post(provider, messages, key)
+            completion = self._http.post(provider, messages, key)
         except (_Retryable, ProviderFatalError) as exc:
             if key and key in str(exc):  # never leak the key through an echoed body
-                exc.args = (str(exc).replace(key, "***"),)
+                exc.args = (_redact(str(exc), key),)
                 if isinstance(exc, ProviderError):
-                    exc.errors = {k: v.replace(key, "***") for k, v in exc.errors.items()}
+                    exc.errors = _redact(exc.errors, key)
             raise
+        if not key:
+            return completion
+        # A provider may echo the key in a 200 answer: it must not reach the database.
+        return dataclasses.replace(
+            completion, text=_redact(completion.text, key), model=_redact(completion.model, key),
+            usage=_redact(completion.usage, key),
+            finish_reason=_redact(completion.finish_reason, key))
 
     def complete(self, messages: Sequence[Mapping[str, str]]) -> Completion:
         """Send chat messages; return the first successful :class:`Completion`.

@@ -207,7 +207,7 @@ def parse_claims(response: str | None) -> str:
     from donto_pg.claims import injection_signals, parse_response
 
     parsed = parse_response(response or "")
-    signals = injection_signals(response or "") if not parsed.claims else []
+    signals = injection_signals(response or "")
     return dumps({
         "status": parsed.status,
         "error": parsed.error,

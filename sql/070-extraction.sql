@@ -563,6 +563,47 @@ comment on function donto.pending_extraction_blocks(bigint, bigint[], integer) i
 
 -- -- ingestion --------------------------------------------------------------------------
 
+create or replace function donto.healthy_anchor_rate()
+returns double precision
+language sql
+immutable
+security invoker
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The seed system's anchor-rate bar, 0.55: a block is healthy only when at least
+this share of its claims anchor in the source (donto.ingest_extraction), and the
+A/B gate commits an arm only when its median anchor rate reaches it (the
+default of donto.ab_decide and donto.ab_verdict). The one home of the number.
+*/
+    select 0.55::double precision;
+$$;
+
+comment on function donto.healthy_anchor_rate() is
+'0.55, the seed''s anchor-rate bar: the least anchor rate of a healthy block and the A/B '
+'gate''s default min_anchor.';
+
+create or replace function donto.extraction_claim_cap(block_chars integer)
+returns integer
+language sql
+immutable
+security invoker
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The most claims one response may offer for a block of BLOCK_CHARS characters:
+one per 20 characters, at least 10 (a 4,000-character block: 200). Past it
+donto.ingest_extraction refuses the response (stored verbatim, no claim, the
+block broken).
+*/
+    select greatest(10, (pg_catalog.ceil(coalesce(block_chars, 0) / 20.0))::integer);
+$$;
+
+comment on function donto.extraction_claim_cap(integer) is
+'Claims a response may offer per block: ceil(chars / 20), at least 10; more is refused.';
+
 create or replace function donto.ingest_extraction(
     block_id bigint, run_id bigint, response text, meta jsonb default '{}'
 )
@@ -581,11 +622,25 @@ turn, else of the block's turns); anchor each quote in the full revision body
 (near its turn, else the block start) into donto.evidence_link; link the claim
 to the recall chunks overlapping its evidence (x_claim.src_chunk); and write the
 block's quality vector (facts_per_chunk, anchor_rate, hypothesis_rate, injection,
-fate) as a mem:chunkqual/v1 statement. Fate: broken (no facts); healthy (facts,
-and some anchored, or a code block, or a mixed block whose facts are all
-hypotheses: unquoted type-facts are right for code); else degraded (facts, none
-anchored). Idempotent per (block, run): a
-second call returns the first summary with already_ingested = true.
+fate) as a mem:chunkqual/v1 statement.
+
+Untrusted text: a response offering more claims than
+donto.extraction_claim_cap(block length) is refused (kept verbatim, parse status
+broken, no claim stored). The response is flagged as injected when prose or
+instructions surround the JSON array, when an answer without claims answers the
+source (donto._parse_claims), or when most given quotes do not anchor. A claim
+stays a current statement only when it is trustworthy: the response is not
+injected, and its quote anchors (or it is an unquoted hypothesis); every other
+claim is stored and retracted at once (donto.retract) with the reason, so it is
+on the record (donto.claim_provenance.retraction_reason) but never a current
+fact, nor one as of any time.
+
+Fate: broken (no claims, or refused); degraded (injected, or an anchor rate below
+donto.healthy_anchor_rate()); healthy otherwise - a code block, or a mixed block
+whose claims are all hypotheses, needs no anchors (unquoted type-facts are right
+for code). Idempotent per (block, run): a second call returns the first summary
+with already_ingested = true. Stages nothing outside its arguments and the
+owner's tables (no temporary objects: this function runs as its owner).
 */
 #variable_conflict use_column
 declare
@@ -604,12 +659,21 @@ declare
     v_doc bigint;
     v_iri text;
     v_parsed jsonb;
+    v_offered integer;
+    v_cap integer;
+    v_refused boolean;
+    v_status text;
+    v_error text;
+    v_claims jsonb;
     v_facts integer;
     v_anchored integer;
     v_hyp integer;
     v_quoted integer;
+    v_unanchored integer;
     v_methods jsonb;
+    v_signals jsonb;
     v_injection integer;
+    v_rate numeric;
     v_fate text;
     v_quality jsonb;
     v_qsid bigint;
@@ -649,67 +713,99 @@ begin
     v_qctx := donto.ensure_context(donto.chunkqual_context_iri(v_iri), 'measure');
 
     v_parsed := donto._parse_claims(v_response);
+    v_status := v_parsed ->> 'status';
+    v_error := v_parsed ->> 'error';
+    v_offered := pg_catalog.jsonb_array_length(v_parsed -> 'claims')
+                 + (v_parsed ->> 'rejected')::integer;
+    v_cap := donto.extraction_claim_cap(v_b.char_end - v_b.char_start);
+    v_refused := v_offered > v_cap;
+    if v_refused then
+        v_status := 'broken';
+        v_error := pg_catalog.format(
+            'refused: %s claims offered for a %s-character block (cap %s)',
+            v_offered, v_b.char_end - v_b.char_start, v_cap);
+    end if;
 
-    create temp table _donto_claims on commit drop as
+    -- The claims, anchored, staged in a variable (never in a table a caller could shadow).
     select
-        (c.ord - 1)::integer as claim_index,
-        c.item ->> 'subject' as subject,
-        c.item ->> 'predicate' as predicate,
-        c.item ->> 'object' as object,
-        c.item ->> 'quote' as quote,
-        (c.item ->> 'turn')::integer as turn_id,
-        coalesce((c.item ->> 'hypothesis')::boolean, false) as hypothesis,
-        t.turn_date,
-        a.char_start as a_start,
-        a.char_end as a_end,
-        a.method,
-        a.score,
-        pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id'))
-            as sid
-    from pg_catalog.jsonb_array_elements(v_parsed -> 'claims') with ordinality as c (item, ord)
-    left join lateral (
-        -- the claim's turn: a part of the block, else the nearest turn with that id
-        select u.char_start, u.turn_date
-        from (
-            select (p.part ->> 'char_start')::integer as char_start,
-                   (p.part ->> 'date')::date as turn_date, 0 as pref
-            from pg_catalog.jsonb_array_elements(v_b.turns) as p (part)
-            where (p.part ->> 'turn_id')::integer = (c.item ->> 'turn')::integer
-            union all
-            select tt.char_start, tt.time_anchor, 1
-            from donto.turn as tt
-            where tt.revision_id = v_b.revision_id
-                  and tt.turn_id = (c.item ->> 'turn')::integer
-        ) as u
-        order by u.pref, abs(u.char_start - v_b.char_start)
-        limit 1
-    ) as t on true
-    left join lateral donto.anchor(
-        v_b.revision_id, c.item ->> 'quote', coalesce(t.char_start, v_b.char_start)
-    ) as a on true;
+        coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(x) order by x.claim_index), '[]'),
+        pg_catalog.count(*)::integer,
+        pg_catalog.count(*) filter (where x.a_start is not null)::integer,
+        pg_catalog.count(*) filter (where x.hypothesis)::integer,
+        pg_catalog.count(*) filter (where x.quote is not null)::integer,
+        pg_catalog.count(*) filter (where x.quote is not null and x.a_start is null)::integer,
+        pg_catalog.jsonb_build_object(
+            'exact', pg_catalog.count(*) filter (where x.method = 'exact'),
+            'normalized', pg_catalog.count(*) filter (where x.method = 'normalized'),
+            'fuzzy', pg_catalog.count(*) filter (where x.method = 'fuzzy'))
+    into v_claims, v_facts, v_anchored, v_hyp, v_quoted, v_unanchored, v_methods
+    from (
+        select
+            (c.ord - 1)::integer as claim_index,
+            c.item ->> 'subject' as subject,
+            c.item ->> 'predicate' as predicate,
+            c.item ->> 'object' as object,
+            c.item ->> 'quote' as quote,
+            (c.item ->> 'turn')::integer as turn_id,
+            coalesce((c.item ->> 'hypothesis')::boolean, false) as hypothesis,
+            t.turn_date,
+            a.char_start as a_start,
+            a.char_end as a_end,
+            a.method,
+            a.score,
+            case
+                when c.item ->> 'quote' is not null and a.char_start is null
+                    then 'its quote does not anchor in the source revision'
+                when c.item ->> 'quote' is null
+                     and not coalesce((c.item ->> 'hypothesis')::boolean, false)
+                    then 'a stated fact without a quote to anchor it'
+            end as unanchored,
+            pg_catalog.nextval(
+                pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id')) as sid
+        from pg_catalog.jsonb_array_elements(
+            case when v_refused then '[]'::jsonb else v_parsed -> 'claims' end
+        ) with ordinality as c (item, ord)
+        left join lateral (
+            -- the claim's turn: a part of the block, else the nearest turn with that id
+            select u.char_start, u.turn_date
+            from (
+                select (p.part ->> 'char_start')::integer as char_start,
+                       (p.part ->> 'date')::date as turn_date, 0 as pref
+                from pg_catalog.jsonb_array_elements(v_b.turns) as p (part)
+                where (p.part ->> 'turn_id')::integer = (c.item ->> 'turn')::integer
+                union all
+                select tt.char_start, tt.time_anchor, 1
+                from donto.turn as tt
+                where tt.revision_id = v_b.revision_id
+                      and tt.turn_id = (c.item ->> 'turn')::integer
+            ) as u
+            order by u.pref, abs(u.char_start - v_b.char_start)
+            limit 1
+        ) as t on true
+        left join lateral donto.anchor(
+            v_b.revision_id, c.item ->> 'quote', coalesce(t.char_start, v_b.char_start)
+        ) as a on true
+    ) as x;
 
-    select pg_catalog.count(*)::integer,
-           pg_catalog.count(*) filter (where c.a_start is not null)::integer,
-           pg_catalog.count(*) filter (where c.hypothesis)::integer,
-           pg_catalog.count(*) filter (where c.quote is not null)::integer,
-           pg_catalog.jsonb_build_object(
-               'exact', pg_catalog.count(*) filter (where c.method = 'exact'),
-               'normalized', pg_catalog.count(*) filter (where c.method = 'normalized'),
-               'fuzzy', pg_catalog.count(*) filter (where c.method = 'fuzzy'))
-    into v_facts, v_anchored, v_hyp, v_quoted, v_methods
-    from _donto_claims as c;
-    v_injection := case when v_facts = 0 and (v_parsed ->> 'injection')::boolean then 1 else 0 end;
+    v_signals := coalesce(v_parsed -> 'signals', '[]');
+    if v_unanchored * 2 > v_quoted then
+        v_signals := v_signals || pg_catalog.jsonb_build_array(pg_catalog.format(
+            'most quotes do not anchor in the source (%s of %s)', v_unanchored, v_quoted));
+    end if;
+    v_injection := case when pg_catalog.jsonb_array_length(v_signals) > 0 then 1 else 0 end;
+    v_rate := case when v_facts > 0 then pg_catalog.round(v_anchored::numeric / v_facts, 4)
+                   else 0 end;
     v_fate := case
         when v_facts = 0 then 'broken'
-        when v_anchored > 0 or v_b.kind = 'code' then 'healthy'
+        when v_injection = 1 then 'degraded'
+        when v_rate >= donto.healthy_anchor_rate() or v_b.kind = 'code' then 'healthy'
         -- a mixed block is code with a little prose: unquoted type-facts are expected
         when v_b.kind = 'mixed' and v_hyp = v_facts then 'healthy'
         else 'degraded'
     end;
     v_quality := pg_catalog.jsonb_build_object(
         'facts_per_chunk', v_facts,
-        'anchor_rate', case when v_facts > 0
-                            then pg_catalog.round(v_anchored::numeric / v_facts, 4) else 0 end,
+        'anchor_rate', v_rate,
         'hypothesis_rate', case when v_facts > 0
                                 then pg_catalog.round(v_hyp::numeric / v_facts, 4) else 0 end,
         'injection', v_injection,
@@ -737,10 +833,13 @@ begin
         'run_id', v_run,
         'kind', v_b.kind,
         'template', v_family || '/' || v_version,
-        'parse_status', v_parsed ->> 'status',
-        'parse_error', v_parsed ->> 'error',
+        'parse_status', v_status,
+        'parse_error', v_error,
         'rejected', (v_parsed ->> 'rejected')::integer,
-        'signals', v_parsed -> 'signals',
+        'signals', v_signals,
+        'offered', v_offered,
+        'claim_cap', v_cap,
+        'refused', v_refused,
         'facts', v_facts,
         'anchored', v_anchored,
         'hypotheses', v_hyp,
@@ -755,61 +854,87 @@ begin
     ) overriding system value
     values (
         v_resp, v_block, v_run, v_template, v_response, v_meta ->> 'provider',
-        v_meta ->> 'model', v_parsed ->> 'status', v_parsed ->> 'error',
+        v_meta ->> 'model', v_status, v_error,
         (v_parsed ->> 'rejected')::integer, v_qsid, v_summary, v_meta
     );
 
-    insert into donto.statement (
-        statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
-        derived_from_revision, char_start, char_end, is_hypothesis
-    ) overriding system value
-    select
-        c.sid, c.subject, c.predicate, pg_catalog.jsonb_build_object('v', c.object), v_ctx,
-        case when c.turn_date is not null
-                 then pg_catalog.daterange(c.turn_date, c.turn_date, '[]')
-             else v_b.valid_time end,
-        v_doc, v_b.revision_id, c.a_start, c.a_end, c.hypothesis
-    from _donto_claims as c
-    order by c.claim_index;
+    with c as materialized (
+        select c.*
+        from pg_catalog.jsonb_to_recordset(v_claims) as c (
+            claim_index integer, sid bigint, subject text, predicate text, object text,
+            quote text, turn_id integer, hypothesis boolean, turn_date date, a_start integer,
+            a_end integer, method text, score double precision
+        )
+    ),
 
-    insert into donto.x_claim (
-        statement_id, response_id, block_id, run_id, claim_index, quote, turn_id, src_chunk
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
+            derived_from_revision, char_start, char_end, is_hypothesis
+        ) overriding system value
+        select
+            c.sid, c.subject, c.predicate, pg_catalog.jsonb_build_object('v', c.object), v_ctx,
+            case when c.turn_date is not null
+                     then pg_catalog.daterange(c.turn_date, c.turn_date, '[]')
+                 else v_b.valid_time end,
+            v_doc, v_b.revision_id, c.a_start, c.a_end, c.hypothesis
+        from c
+        order by c.claim_index
+        returning statement_id
+    ),
+
+    x as (
+        insert into donto.x_claim (
+            statement_id, response_id, block_id, run_id, claim_index, quote, turn_id, src_chunk
+        )
+        select
+            c.sid, v_resp, v_block, v_run, c.claim_index, c.quote, c.turn_id,
+            case when c.a_start is null then '{}'::bigint[] else array(
+                -- per recall projection: the chunk holding a_start, then those starting inside
+                select m.statement_id
+                from donto.projection as rp
+                cross join lateral (
+                    (select m1.statement_id, m1.chunk_index, m1.char_end
+                     from donto.x_memory_record as m1
+                     where m1.revision_id = v_b.revision_id
+                           and m1.projection_id = rp.projection_id
+                           and m1.char_start <= c.a_start
+                     order by m1.char_start desc
+                     limit 1)
+                    union all
+                    (select m2.statement_id, m2.chunk_index, m2.char_end
+                     from donto.x_memory_record as m2
+                     where m2.revision_id = v_b.revision_id
+                           and m2.projection_id = rp.projection_id
+                           and m2.char_start > c.a_start and m2.char_start < c.a_end)
+                ) as m
+                where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
+                      and m.char_end > c.a_start
+                order by rp.projection_id, m.chunk_index
+            ) end
+        from c
+        returning statement_id
     )
-    select
-        c.sid, v_resp, v_block, v_run, c.claim_index, c.quote, c.turn_id,
-        case when c.a_start is null then '{}'::bigint[] else array(
-            -- per recall projection: the chunk holding a_start, then those starting inside
-            select m.statement_id
-            from donto.projection as rp
-            cross join lateral (
-                (select m1.statement_id, m1.chunk_index, m1.char_end
-                 from donto.x_memory_record as m1
-                 where m1.revision_id = v_b.revision_id
-                       and m1.projection_id = rp.projection_id
-                       and m1.char_start <= c.a_start
-                 order by m1.char_start desc
-                 limit 1)
-                union all
-                (select m2.statement_id, m2.chunk_index, m2.char_end
-                 from donto.x_memory_record as m2
-                 where m2.revision_id = v_b.revision_id
-                       and m2.projection_id = rp.projection_id
-                       and m2.char_start > c.a_start and m2.char_start < c.a_end)
-            ) as m
-            where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
-                  and m.char_end > c.a_start
-            order by rp.projection_id, m.chunk_index
-        ) end
-    from _donto_claims as c;
 
     insert into donto.evidence_link (
         statement_id, revision_id, char_start, char_end, quote, method, score
     )
     select c.sid, v_b.revision_id, c.a_start, c.a_end, c.quote, c.method, c.score
-    from _donto_claims as c
+    from c
     where c.a_start is not null;
 
-    drop table _donto_claims;
+    -- On the record, never a current fact: claims of an injected response, unanchored claims.
+    perform donto.retract(c.sid, 'donto.ingest_extraction: not a current fact: ' || case
+        when v_injection = 1
+            then 'the response was flagged as injected ('
+                 || (select pg_catalog.string_agg(g.s, '; ')
+                     from pg_catalog.jsonb_array_elements_text(v_signals) as g (s))
+                 || ')' || coalesce('; ' || c.unanchored, '')
+        else c.unanchored
+    end)
+    from pg_catalog.jsonb_to_recordset(v_claims) as c (sid bigint, unanchored text)
+    where v_injection = 1 or c.unanchored is not null;
+
     return v_summary;
 end;
 $$;
@@ -817,7 +942,9 @@ $$;
 comment on function donto.ingest_extraction(bigint, bigint, text, jsonb) is
 'Ingest a raw extractor response for (block, run): kept verbatim, parsed into claim statements '
 'anchored to revision bytes (evidence_link, src_chunk), with the block''s mem:chunkqual/v1 '
-'quality vector and fate; idempotent per (block, run); returns a summary.';
+'quality vector and fate; a claim stays current only when its quote anchors (or it is an '
+'unquoted hypothesis) and the response is not injected; over the claim cap, refused; '
+'idempotent per (block, run); returns a summary.';
 
 -- -- provenance and quality views -------------------------------------------------------
 
@@ -961,7 +1088,8 @@ select  -- noqa: ST06
     x.model,
     t.family as prompt_family,
     t.version as prompt_version,
-    c.src_chunk as recall_chunks
+    c.src_chunk as recall_chunks,
+    rt.reason as retraction_reason
 from donto.x_claim as c
 inner join donto.statement as s on c.statement_id = s.statement_id
 inner join donto.extraction_block as b on c.block_id = b.block_id
@@ -977,4 +1105,5 @@ left join donto.retraction as rt on s.statement_id = rt.statement_id;
 comment on view donto.claim_provenance is
 'Every extracted claim with the exact evidence bytes (taken from the revision by offset), '
 'anchoring method and score, block, revision, document, run, model, prompt version, '
-'transaction time and the overlapping recall chunks.';
+'transaction time, the overlapping recall chunks, and why it is retracted (an unanchored '
+'claim or one from an injected response is stored retracted: never a current fact).';

@@ -661,7 +661,7 @@ create or replace function donto.ab_decide(
     hypothesis_rate double precision,
     zero_fact_rate double precision,
     max_injection double precision default 0.02,
-    min_anchor double precision default 0.55,
+    min_anchor double precision default donto.healthy_anchor_rate(),
     min_hypothesis double precision default 0.5,
     max_zero_fact double precision default 0.5
 )
@@ -737,7 +737,7 @@ create or replace function donto.ab_verdict(
     arm text,
     gate_id bigint default null,
     max_injection double precision default 0.02,
-    min_anchor double precision default 0.55,
+    min_anchor double precision default donto.healthy_anchor_rate(),
     min_hypothesis double precision default 0.5,
     max_zero_fact double precision default 0.5
 )

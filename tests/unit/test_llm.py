@@ -460,3 +460,23 @@ def test_fake_server_rejects_bad_requests() -> None:
                 urllib.request.urlopen(req, timeout=5)
             assert info.value.code == status
         assert [r.status for r in fake.requests] == [400, 404]
+
+
+def test_key_echoed_in_a_200_answer_is_redacted(
+    fake_a: FakeLLM, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    key = "sk-echo-4d2c9a7e1f3b"
+    monkeypatch.setenv("DONTO_TEST_LLM_KEY", key)
+    p = pool(provider(fake_a, "a", api_key_env="DONTO_TEST_LLM_KEY"), clock=clock)
+    fake_a.script(Reply(body=json.dumps({
+        "model": f"m-{key}",
+        "choices": [{"message": {"content": f'Your key is {key}. [{{"k": "{key}"}}]'},
+                     "finish_reason": key}],
+        "usage": {"total_tokens": 3, "echo": [key], key: 1},
+    })))
+    done = p.complete(MESSAGES)
+    assert fake_a.requests[-1].authorization == f"Bearer {key}"  # it was really sent
+    assert done.text == 'Your key is ***. [{"k": "***"}]'
+    assert (done.model, done.finish_reason) == ("m-***", "***")
+    assert done.usage == {"total_tokens": 3, "echo": ["***"], "***": 1}
+    assert key not in repr(done)
