@@ -882,7 +882,7 @@ comment on function donto.statements_as_of(timestamptz, date) is
 --     D = GD['donto_pg']
 
 create or replace function donto._python_path()
-returns table (paths text [], source text)
+returns table (paths text[], source text)
 language plpgsql
 stable
 security definer

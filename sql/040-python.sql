@@ -15,7 +15,7 @@
 --     D = GD['donto_pg']
 
 create or replace function donto._python_path()
-returns table (paths text [], source text)
+returns table (paths text[], source text)
 language plpgsql
 stable
 security definer
