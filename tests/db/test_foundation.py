@@ -324,3 +324,20 @@ def test_claims_as_of_follows_transaction_time(db):
     assert not any(r[1] for r in at_known) and all(r[2] for r in at_known)
     now = db.execute("select claim_id from donto.claims_as_of(now()) order by 1").fetchall()
     assert (cid,) not in now and len(now) == len(current) - 1
+
+
+def test_readme_lists_the_public_api(db):
+    """`\\df donto.[a-z]*` is the API (helpers start with `_`): README's "The public SQL
+    API" names every such function and view, and nothing that does not exist."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## The public SQL API", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`([a-z][a-z0-9_]*)`", section.split("\n- ", 1)[1]))
+    api = {r[0] for r in db.execute(
+        "select p.proname from pg_proc p where p.pronamespace = 'donto'::regnamespace "
+        "and p.proname !~ '^_' union select c.relname from pg_class c "
+        "where c.relnamespace = 'donto'::regnamespace and c.relkind = 'v'")}
+    assert sorted(api - listed) == [], "public functions or views missing from the README"
+    assert sorted(listed - api) == [], "the README lists names the database does not have"
