@@ -3082,14 +3082,15 @@ comment on view donto.claim_provenance is
 create or replace function donto.claims_as_of(tx timestamptz, valid date default null)
 returns setof donto.claim_provenance
 language sql
-stable
+volatile
 security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
 The extracted claims the database knew at transaction time TX (and, with VALID, valid on
 that date): donto.claim_provenance restricted to donto.statements_as_of(TX, VALID), so the
-transaction-time rule is that function's. Every row was a current claim at TX: retracted
+transaction-time rule is that function's (volatile like it: it may check TX against a
+horizon). Every row was a current claim at TX: retracted
 is false and retraction_reason null (a later retraction does not show).
     select subject, predicate, object, evidence_text
     from donto.claims_as_of(now() - interval '1 day');
@@ -4348,7 +4349,7 @@ begin
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor',
-                                    'warmup'))
+                                    'warmup', 'claims_as_of'))
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;
@@ -4356,7 +4357,7 @@ end;
 $$;
 
 
--- sql/095-comments.sql
+-- sql/096-comments.sql
 -- Comments on every column of every table and view in schema donto (\d+ shows them).
 -- Tables made by frozen migrations are commented here (idempotent: run on every
 -- install and upgrade). Generic names (created_at, char_start, ...) get one meaning

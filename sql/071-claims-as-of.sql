@@ -3,14 +3,15 @@
 create or replace function donto.claims_as_of(tx timestamptz, valid date default null)
 returns setof donto.claim_provenance
 language sql
-stable
+volatile
 security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
 The extracted claims the database knew at transaction time TX (and, with VALID, valid on
 that date): donto.claim_provenance restricted to donto.statements_as_of(TX, VALID), so the
-transaction-time rule is that function's. Every row was a current claim at TX: retracted
+transaction-time rule is that function's (volatile like it: it may check TX against a
+horizon). Every row was a current claim at TX: retracted
 is false and retraction_reason null (a later retraction does not show).
     select subject, predicate, object, evidence_text
     from donto.claims_as_of(now() - interval '1 day');
