@@ -90,9 +90,9 @@ paths = list(row[0]["paths"] or []) if row.nrows() else []
 source = row[0]["source"] if row.nrows() else None
 db = plpy.execute("select pg_catalog.current_database() as d")[0]["d"]
 fix = (
-    "ALTER DATABASE %s SET donto.python_path = '<dirs>' as a superuser (or set it in "
-    "postgresql.conf), where <dirs> is what `donto-pg extension python-path` prints in the "
-    "environment where donto-pg is installed; then reconnect" % plpy.quote_ident(db)
+    "as a superuser run ALTER DATABASE %s SET donto.python_path = '<dirs>' (the statement "
+    "`donto-pg extension python-path %s` prints where donto-pg is installed), or set "
+    "donto.python_path in postgresql.conf; then reconnect" % (plpy.quote_ident(db), db)
 )
 if source != "donto.python_path" and not plpy.execute(
         "select from pg_catalog.pg_extension where extname = 'donto'").nrows():

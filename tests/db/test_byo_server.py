@@ -141,7 +141,7 @@ def test_no_python_path_says_the_command_that_fixes_it(dba_db):
             conn.execute("select donto._py_boot()")
     msg = str(exc.value)
     assert "ALTER DATABASE dba_nopath SET donto.python_path" in msg
-    assert "donto-pg extension python-path" in msg
+    assert "donto-pg extension python-path dba_nopath" in msg
     assert "donto-pg migrate" not in msg  # it refuses an extension database
 
 
