@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from donto_pg import loader, migrate
+from donto_pg import build, loader, migrate
 from donto_pg.db import register_vector_if_present
 from tests.conftest import EXAMPLES, write_chat
 
@@ -149,10 +149,10 @@ def source(request, server):
     if request.param == "migrate":
         migrate.migrate(conn)
     else:
-        sharedir = migrate.pg_sharedir() / "extension"
+        sharedir = build.pg_sharedir() / "extension"
         if not os.access(sharedir, os.W_OK):
             pytest.fail(f"installing the extension into {sharedir} needs root (CI runs as root)")
-        migrate.install_extension()
+        build.install_extension()
         migrate.create_extension(conn)
     register_vector_if_present(conn)
     fill(conn, _dsn(info, name))
@@ -166,10 +166,10 @@ def test_extension_marks_every_user_table_and_sequence_for_pg_dump(server):
     migration is covered without being named, or this test fails."""
     _, info, create = server
     name = create("marks")
-    sharedir = migrate.pg_sharedir() / "extension"
+    sharedir = build.pg_sharedir() / "extension"
     if not os.access(sharedir, os.W_OK):
         pytest.fail(f"installing the extension into {sharedir} needs root (CI runs as root)")
-    migrate.install_extension()
+    build.install_extension()
     with _connect(info, name) as conn:
         migrate.create_extension(conn)
         marked = dict(conn.execute(
@@ -197,7 +197,7 @@ def test_dump_and_restore_round_trips(source, server, how, tmp_path):
     env = {**os.environ, "PGHOST": info["host"], "PGPORT": str(info["port"]),
            "PGUSER": info["user"]}
     if mode == "extension":
-        migrate.install_extension()  # this version's script is the one the restore runs
+        build.install_extension()  # this version's script is the one the restore runs
     if how == "psql":
         dump = _run([str(PG_BIN / "pg_dump"), "-d", name], env=env)
         assert dump.returncode == 0, dump.stderr

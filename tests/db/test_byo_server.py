@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from donto_pg import migrate
+from donto_pg import build, migrate
 from donto_pg.cluster import Cluster
 from donto_pg.db import register_vector_if_present
 from tests.conftest import ROOT
@@ -32,7 +32,7 @@ BODY = ("[user #0] I moved to Berlin in March and I adopted a cat named Miso.\n"
 @pytest.fixture(scope="module")
 def dba_cluster():
     """A second cluster whose postgresql.conf sets donto.python_path; stopped afterwards."""
-    sharedir = migrate.pg_sharedir() / "extension"
+    sharedir = build.pg_sharedir() / "extension"
     if not os.access(sharedir, os.W_OK):
         pytest.fail(f"installing the extension into {sharedir} needs root (CI runs as root)")
     home = Path(tempfile.mkdtemp(prefix="donto-byo-"))
@@ -57,7 +57,7 @@ def _connect(cluster: Cluster, dbname: str, **kw: object) -> psycopg.Connection:
 def _create_extension(conn: psycopg.Connection) -> None:
     """Plain CREATE EXTENSION donto CASCADE. The server's extension directory is shared by
     every test session on the machine: copy this version's script in just before."""
-    migrate.install_extension()
+    build.install_extension()
     conn.execute("create extension donto cascade")
 
 
