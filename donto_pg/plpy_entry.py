@@ -32,6 +32,39 @@ def recall_windows(plpy, revision_id: int, window: int) -> list[tuple]:
     return [(i, s, e, body[s:e], *d) for i, ((s, e), d) in pairs]
 
 
+def recall_windows_from(plpy, revision_id: int, window: int, start: int) -> list[tuple]:
+    """Rows (char_start, char_end, text, first_date, min_date, max_date) of the windows of a
+    revision from the window boundary START on, reading only the body after START."""
+    from donto_pg.windows import recall_windows as windows
+    from donto_pg.windows import window_dates
+
+    plan = plpy.prepare("select substring(body from $2 + 1) as tail from donto.revision "
+                        "where revision_id = $1", ["bigint", "integer"])
+    rows = plpy.execute(plan, [revision_id, start])
+    if not rows:
+        plpy.error(f"donto._recall_windows_from: no revision {revision_id}")
+    tail = rows[0]["tail"]
+    plan = plpy.prepare(
+        "select header_start, char_end, time_anchor::text as d from donto.turn "
+        "where revision_id = $1 and char_end > $2 order by seq", ["bigint", "integer"])
+    turns = plpy.execute(plan, [revision_id, start])
+    spans = [(s + start, e + start) for s, e in windows(tail, window)]
+    dates = window_dates(spans, [t["header_start"] for t in turns],
+                         [t["char_end"] for t in turns], [t["d"] for t in turns])
+    return [(s, e, tail[s - start:e - start], *d)
+            for (s, e), d in zip(spans, dates, strict=True)]
+
+
+def render_turns(turns: str, start: int, prev: str | None) -> list[tuple]:
+    """Render appended messages (JSON) after a body of START chars whose last turn is PREV
+    (JSON {seq, turn_id, session, exchange} or None): rows (text, turns JSON) where turns
+    is the record_turns table of the new messages, spans in the whole body."""
+    from donto_pg.transcript import append_rows
+
+    text, rows = append_rows(json.loads(turns), start, json.loads(prev) if prev else None)
+    return [(text, dumps(rows))]
+
+
 def embed_query(text: str, model: str | None) -> str:
     """The query's vector as pgvector text."""
     from donto_pg import embedder
@@ -121,14 +154,19 @@ def block_rows(body: str, turns: list[dict], params: dict) -> list[tuple]:
     return rows
 
 
-def extraction_blocks(plpy, revision_id: int, params: str) -> list[tuple]:
-    """Rows of :func:`block_rows` for a stored revision and its turn table."""
+def extraction_blocks(plpy, revision_id: int, params: str, from_turn: int = 0) -> list[tuple]:
+    """Rows of :func:`block_rows` for a stored revision and its turn table.
+
+    FROM_TURN > 0 segments only the turns from that seq on (it must open a session:
+    sessions are hard boundaries, so the blocks from there on are the same as in a
+    whole segmentation), numbering the blocks from 0.
+    """
     body = revision_body(plpy, revision_id)
     plan = plpy.prepare(
         "select seq, turn_id, role, session, exchange, time_anchor::text as date, "
         "header_start, char_start, char_end from donto.turn where revision_id = $1 "
-        "order by seq", ["bigint"])
-    turns = [dict(t) for t in plpy.execute(plan, [revision_id])]
+        "and seq >= $2 order by seq", ["bigint", "integer"])
+    turns = [dict(t) for t in plpy.execute(plan, [revision_id, from_turn])]
     if not turns:
         plpy.error(f"donto.project_extraction: revision {revision_id} has no turn table "
                    "(record it with donto.record_turns)")

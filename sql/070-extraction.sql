@@ -250,12 +250,14 @@ sessions as hard boundaries, a size cap of PARAMS.cap chars, 4,000 by default)
 and store them in donto.extraction_block under a projection of kind
 'extraction' whose context is ctx:claims/<document>. Returns the number of
 blocks. Idempotent per (revision, effective params); projection A is never
-touched.
+touched. A revision that extends one projected with the same params
+(donto.extend_revision) is segmented again only from its last session.
 */
 declare
     v_iri text;
     v_ctx bigint;
     v_proj bigint;
+    v_base bigint;
     v_params jsonb;
     v_n integer;
 begin
@@ -281,6 +283,18 @@ begin
     insert into donto.projection (revision_id, kind, strategy, params, context_id)
     values (rev_id, 'extraction', 'turn-coherent-v1', v_params, v_ctx)
     returning projection_id into v_proj;
+
+    -- A revision that extends one segmented with these params: segment only its last
+    -- session again (donto._extend_extraction).
+    select p.projection_id into v_base
+    from donto.revision_extension as x
+    inner join donto.projection as p
+        on p.revision_id = x.extends_revision_id and p.kind = 'extraction'
+           and p.strategy = 'turn-coherent-v1' and p.params = v_params and p.context_id = v_ctx
+    where x.revision_id = rev_id;
+    if found then
+        return donto._extend_extraction(v_proj, v_base);
+    end if;
 
     insert into donto.extraction_block (
         projection_id, revision_id, seq, kind, char_start, char_end, turns,
