@@ -59,7 +59,7 @@ def vectors(conn: psycopg.Connection, rev: int) -> np.ndarray:
         "select e.embedding from donto.revision_chunks(%s) as c "
         "join donto.embedding as e using (statement_id) order by c.chunk_position",
         (rev,)).fetchall()
-    return np.array([r[0] for r in rows])
+    return np.array([np.asarray(r[0].to_numpy()) for r in rows])
 
 
 def blocks(conn: psycopg.Connection, rev: int) -> list[tuple]:
