@@ -46,22 +46,30 @@ create table donto.embedding_cache (
 
 -- Vectors already stored become the cache's first entries (recall chunks:
 -- their text; A/B units: the text of their span, as the A/B driver embeds it).
+with keyed as (
+    select
+        e.model_id,
+        e.statement_id,
+        e.embedding,
+        pg_catalog.sha256(pg_catalog.convert_to(
+            case
+                when s.predicate = 'mem:episodic/chunk' then s.object_lit ->> 'v'
+                else substring(r.body from s.char_start + 1 for s.char_end - s.char_start)
+            end, 'UTF8'
+        )) as sha
+    from donto.embedding as e
+    inner join donto.statement as s on e.statement_id = s.statement_id
+    inner join donto.revision as r on s.derived_from_revision = r.revision_id
+    where s.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
+)
+
 insert into donto.embedding_cache (model_id, sha256, embedding)
-select distinct on (e.model_id, x.sha)
-    e.model_id,
-    x.sha,
-    e.embedding
-from donto.embedding as e
-inner join donto.statement as s on e.statement_id = s.statement_id
-inner join donto.revision as r on s.derived_from_revision = r.revision_id
-cross join lateral (
-    select pg_catalog.sha256(pg_catalog.convert_to(
-        case when s.predicate = 'mem:episodic/chunk' then s.object_lit ->> 'v'
-            else substring(r.body from s.char_start + 1 for s.char_end - s.char_start)
-        end, 'UTF8')) as sha
-) as x
-where s.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
-order by e.model_id, x.sha, e.statement_id
+select distinct on (k.model_id, k.sha)
+    k.model_id,
+    k.sha,
+    k.embedding
+from keyed as k
+order by k.model_id asc, k.sha asc, k.statement_id asc
 on conflict do nothing;
 
 comment on table donto.revision_extension is

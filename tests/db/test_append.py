@@ -9,14 +9,16 @@ and embedded.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import uuid
 
 import numpy as np
 import psycopg
 import pytest
 
-from donto_pg import beam, embedder, loader
-from donto_pg.embed import embed_pending
+from donto_pg import beam, embedder, loader, migrate
+from donto_pg.embed import content_key, embed_pending
 from donto_pg.windows import recall_windows
 from tests.conftest import EXAMPLES, module_database
 
@@ -215,7 +217,7 @@ def test_append_is_idempotent_and_refuses_what_does_not_extend(db):
                     (prev[0] + 1, "user", prev[1], prev[2] + 1)]
     body3 = db.execute("select body from donto.revision where revision_id = %s",
                        (rev3,)).fetchone()[0]
-    assert body3.startswith(body2) and body3.endswith("\n[assistant #%d] Sure.\n" % last[0][0])
+    assert body3.startswith(body2) and body3.endswith(f"\n[assistant #{last[0][0]}] Sure.\n")
     got = db.execute("select char_start, char_end, chunk_text from donto.revision_chunks(%s) "
                      "order by chunk_position", (rev3,)).fetchall()
     assert [(s, e) for s, e, _ in got] == list(recall_windows(body3, 1200))
@@ -244,3 +246,58 @@ def test_identical_text_is_embedded_once(db):
         "join donto.embedding as eb on eb.statement_id = b.statement_id "
         "where a.projection_id < b.projection_id and ea.embedding = eb.embedding").fetchone()[0]
     assert same == n
+
+
+@pytest.fixture
+def empty_db(db):
+    """An empty database on the test server (dropped afterwards)."""
+    info = db.info
+    name = f"donto_append_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect(host=info.host, port=info.port, user=info.user, dbname="postgres",
+                            autocommit=True)
+    admin.execute(f'create database "{name}"')
+    conn = psycopg.connect(host=info.host, port=info.port, user=info.user, dbname=name)
+    yield conn
+    conn.close()
+    admin.execute(f'drop database if exists "{name}" with (force)')
+    admin.close()
+
+
+def test_upgrade_to_014_caches_the_stored_vectors(empty_db):
+    """014 keys every stored vector of a recall chunk by its text: none is embedded again."""
+    conn = empty_db
+    migrate.migrate(conn, upto="013")
+    conn.execute("""
+        with d as (insert into donto.document (iri) values ('test:014') returning document_id),
+        r as (insert into donto.revision (document_id, sha256, body, body_chars)
+              select document_id, sha256('abab'::bytea), 'abab', 4 from d
+              returning revision_id, document_id),
+        c as (insert into donto.context (iri) values ('ctx:test/014') returning context_id),
+        p as (insert into donto.projection (revision_id, kind, strategy, context_id)
+              select revision_id, 'recall', 'fixed-window', context_id from r, c
+              returning projection_id, revision_id),
+        m as (insert into donto.embedding_model (name, source, dimension)
+              values ('toy', 'toy', 3) returning model_id),
+        s as (insert into donto.statement (subject, predicate, object_lit, context_id,
+                                           derived_from_revision, char_start, char_end)
+              select 'chunk:' || g, 'mem:episodic/chunk', jsonb_build_object('v', 'ab'),
+                     context_id, r.revision_id, 2 * g, 2 * g + 2
+              from c, r, generate_series(0, 1) as g returning statement_id),
+        x as (insert into donto.x_memory_record (statement_id, projection_id, revision_id,
+                                                 chunk_index, char_start, char_end)
+              select s.statement_id, p.projection_id, p.revision_id,
+                     row_number() over (order by s.statement_id) - 1, 0, 2
+              from s, p)
+        insert into donto.embedding (statement_id, model_id, embedding)
+        select s.statement_id, m.model_id, '[1,0,0]' from s, m""")
+    conn.commit()
+    assert migrate.migrate(conn)[-1] == "014-append.sql"
+    rows = conn.execute("select encode(sha256, 'hex'), embedding::text "
+                        "from donto.embedding_cache").fetchall()
+    assert rows == [(hashlib.sha256(b"ab").hexdigest(), "[1,0,0]")]
+    assert content_key("ab") == hashlib.sha256(b"ab").digest()
+    # the cache is append-only like every fact table
+    with pytest.raises(psycopg.Error, match="append-only") as err:
+        conn.execute("delete from donto.embedding_cache")
+    assert err.value.sqlstate == "DI003"
+    conn.rollback()
