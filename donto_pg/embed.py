@@ -64,7 +64,8 @@ def content_key(text: str) -> bytes:
 
 def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: str | None,
                   model_id: int, *, batch: int = 16,
-                  ingest: str = "ingest_embeddings", counts: dict[str, int] | None = None) -> int:
+                  ingest: str = "ingest_embeddings", counts: dict[str, int] | None = None,
+                  cache: bool = True) -> int:
     """Embed ROWS (statement id, text) in length-sorted batches (less padding) and move the
     vectors in, in one transaction: binary COPY into the staging table, then INGEST
     (``ingest_embeddings`` for recall chunks, ``ingest_measure_embeddings`` for A/B units
@@ -72,7 +73,8 @@ def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: 
 
     Texts whose vector is in donto.embedding_cache (same model, same SHA-256) are not
     encoded again: identical text is embedded once, across revisions, projections and
-    arms. COUNTS, if given, gains ``encoded`` and ``cached`` (texts of each kind).
+    arms (CACHE=False encodes every text: benchmarks of the whole work).
+    COUNTS, if given, gains ``encoded`` and ``cached`` (texts of each kind).
     """
     if ingest not in ("ingest_embeddings", "ingest_measure_embeddings"):
         raise ValueError(f"unknown ingest function {ingest!r}")
@@ -80,7 +82,7 @@ def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: 
     keys = [content_key(r[1]) for r in rows]
     register_vector_if_present(conn)  # binary COPY needs the vector type's loaders
     cached = dict(conn.execute("select sha256, embedding from donto.cached_embeddings(%s, %s)",
-                               (model_id, list(set(keys)))).fetchall()) if rows else {}
+                               (model_id, list(set(keys)))).fetchall()) if rows and cache else {}
     todo = sorted({k: r[1] for k, r in zip(keys, rows, strict=True) if k not in cached}.items(),
                   key=lambda kv: len(kv[1]))
     if todo:
@@ -108,7 +110,7 @@ def count_pending(conn: psycopg.Connection, model_id: int, context: str | None =
 
 def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: int = 16,
                   page: int = 1024, context: str | None = None, progress: bool = True,
-                  max_pages: int | None = None) -> EmbedReport:
+                  max_pages: int | None = None, cache: bool = True) -> EmbedReport:
     """Embed every chunk without a vector for MODEL; returns what was done."""
     import time
 
@@ -131,7 +133,8 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
             conn.commit()  # so that each page below commits on its own
             if not rows:
                 break
-            n = store_vectors(conn, rows, model, model_id, batch=batch, counts=counts)
+            n = store_vectors(conn, rows, model, model_id, batch=batch, counts=counts,
+                              cache=cache)
             embedded += n
             pages += 1
             bar.update(len(rows))
