@@ -2365,26 +2365,38 @@ begin
             c.sid, v_resp, v_block, v_run, c.claim_index, c.quote, c.turn_id,
             case when c.a_start is null then '{}'::bigint[] else array(
                 -- per recall projection: the chunk holding a_start, then those starting inside
-                select m.statement_id
-                from donto.projection as rp
-                cross join lateral (
-                    (select m1.statement_id, m1.chunk_index, m1.char_end
-                     from donto.x_memory_record as m1
-                     where m1.revision_id = v_b.revision_id
-                           and m1.projection_id = rp.projection_id
-                           and m1.char_start <= c.a_start
-                     order by m1.char_start desc
-                     limit 1)
+                select u.statement_id from (
+                    select rp.projection_id, m.chunk_index as ord, m.statement_id
+                    from donto.projection as rp
+                    cross join lateral (
+                        (select m1.statement_id, m1.chunk_index, m1.char_end
+                         from donto.x_memory_record as m1
+                         where m1.revision_id = v_b.revision_id
+                               and m1.projection_id = rp.projection_id
+                               and m1.char_start <= c.a_start
+                         order by m1.char_start desc
+                         limit 1)
+                        union all
+                        (select m2.statement_id, m2.chunk_index, m2.char_end
+                         from donto.x_memory_record as m2
+                         where m2.revision_id = v_b.revision_id
+                               and m2.projection_id = rp.projection_id
+                               and m2.char_start > c.a_start and m2.char_start < c.a_end)
+                    ) as m
+                    where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
+                          and m.char_end > c.a_start
                     union all
-                    (select m2.statement_id, m2.chunk_index, m2.char_end
-                     from donto.x_memory_record as m2
-                     where m2.revision_id = v_b.revision_id
-                           and m2.projection_id = rp.projection_id
-                           and m2.char_start > c.a_start and m2.char_start < c.a_end)
-                ) as m
-                where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
-                      and m.char_end > c.a_start
-                order by rp.projection_id, m.chunk_index
+                    -- a recall projection grown to this revision (the conversation grew):
+                    -- its chunks kept from earlier revisions count too
+                    select pe.projection_id, g.char_start, g.statement_id
+                    from donto.projection_extension as pe
+                    cross join lateral donto._projection_chunks(
+                        pe.projection_id, v_b.revision_id, c.a_start,
+                        greatest(c.a_end, c.a_start + 1)
+                    ) as g
+                    where pe.revision_id = v_b.revision_id
+                ) as u
+                order by u.projection_id, u.ord
             ) end
         from c
         returning statement_id
@@ -4188,43 +4200,29 @@ revision was cut from scratch or grew from the revision it extends (then the
 kept chunks were cut from an earlier revision: the same bytes, as its body is
 a prefix). CHUNK_POSITION is the window's position in the revision.
 */
-    with recursive p as (
-        select pr.projection_id, pr.revision_id as root
+    select
+        (pg_catalog.row_number() over (order by c.char_start) - 1)::integer,
+        c.statement_id, c.revision_id, c.char_start, c.char_end, s.object_lit ->> 'v'
+    from (
+        select pr.projection_id
         from donto.projection as pr
         inner join donto.revision as r on r.revision_id = $1
         inner join donto.document as d on r.document_id = d.document_id
-        inner join donto.context as c
-            on c.iri = coalesce($3, donto.recall_context_iri(d.iri))
+        inner join donto.context as ct
+            on ct.iri = coalesce($3, donto.recall_context_iri(d.iri))
         where pr.kind = 'recall' and pr.strategy = 'fixed-window'
-              and pr.context_id = c.context_id
+              and pr.context_id = ct.context_id
               and (pr.params ->> 'window_chars')::integer = $2
               and (pr.revision_id = $1
                    or exists (select 1 from donto.projection_extension as pe
                               where pe.projection_id = pr.projection_id
                                     and pe.revision_id = $1))
+        order by pr.projection_id
         limit 1
-    ),
-    -- The revision, then the revisions it extends, each with the position before
-    -- which its chunks belong to the later revision.
-    chain as (
-        select $1 as rev, 2147483647 as upto
-        union all
-        select pe.extends_revision_id, least(chain.upto, pe.from_char)
-        from chain
-        inner join p on true
-        inner join donto.projection_extension as pe
-            on pe.projection_id = p.projection_id and pe.revision_id = chain.rev
-    )
-    select
-        (pg_catalog.row_number() over (order by m.char_start) - 1)::integer,
-        m.statement_id, m.revision_id, m.char_start, m.char_end, s.object_lit ->> 'v'
-    from p
-    inner join chain on true
-    inner join donto.x_memory_record as m
-        on m.projection_id = p.projection_id and m.revision_id = chain.rev
-           and m.char_start < chain.upto
-    inner join donto.statement as s on m.statement_id = s.statement_id
-    order by m.char_start;
+    ) as p
+    cross join lateral donto._projection_chunks(p.projection_id, $1) as c
+    inner join donto.statement as s on c.statement_id = s.statement_id
+    order by c.char_start;
 $$;
 
 comment on function donto.revision_chunks(bigint, integer, text) is
@@ -4380,6 +4378,83 @@ $$;
 comment on function donto._extend_extraction(bigint, bigint) is
 'Projection B of an extending revision: the blocks before the last session copied from the '
 'revision it extends, the rest segmented again.';
+
+create or replace function donto.revision_lineage(p_revision_id bigint)
+returns setof bigint
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The revision, the revisions it extends and the revisions that extend it
+(transitively, donto.revision_extension): revisions whose bodies are prefixes
+of one another, so that a span of one inside the shorter body is the same text
+in all. A recalled chunk kept from an earlier revision answers a question about
+a later one.
+*/
+    with recursive
+    up as (
+        select $1 as rev
+        union
+        select x.extends_revision_id from up
+        inner join donto.revision_extension as x on x.revision_id = up.rev
+    ),
+    down as (
+        select $1 as rev
+        union
+        select x.revision_id from down
+        inner join donto.revision_extension as x on x.extends_revision_id = down.rev
+    )
+    select up.rev from up
+    union
+    select down.rev from down;
+$$;
+
+comment on function donto.revision_lineage(bigint) is
+'A revision with those it extends and those extending it (bodies that are prefixes of one '
+'another): spans in the shorter body are the same text in all.';
+
+create or replace function donto._projection_chunks(
+    p_projection_id bigint, p_revision_id bigint,
+    p_from integer default 0, p_to integer default 2147483647
+)
+returns table (statement_id bigint, revision_id bigint, char_start integer, char_end integer)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The chunks of recall projection P_PROJECTION_ID that make up revision
+P_REVISION_ID (cut from it, or kept from a revision it extends) and overlap
+[P_FROM, P_TO), in body order. A chunk is at most the projection's window long,
+so only chunks starting after P_FROM - window are read.
+*/
+    with recursive chain as (
+        -- The revision, then the revisions it extends, each with the position before
+        -- which its chunks belong to the later revision.
+        select $2 as rev, 2147483647 as upto
+        union all
+        select pe.extends_revision_id, least(chain.upto, pe.from_char)
+        from chain
+        inner join donto.projection_extension as pe
+            on pe.projection_id = $1 and pe.revision_id = chain.rev
+    )
+    select m.statement_id, m.revision_id, m.char_start, m.char_end
+    from chain
+    inner join donto.projection as p on p.projection_id = $1
+    inner join donto.x_memory_record as m
+        on m.projection_id = $1 and m.revision_id = chain.rev
+           and m.char_start < least(chain.upto, $4)
+           and m.char_start >= $3 - (p.params ->> 'window_chars')::integer
+           and m.char_end > $3
+    order by m.char_start;
+$$;
+
+comment on function donto._projection_chunks(bigint, bigint, integer, integer) is
+'The chunks of a recall projection that make up a revision (also one that grew from an '
+'earlier revision), overlapping a span, in body order.';
 
 
 -- sql/090-roles.sql

@@ -153,7 +153,7 @@ def test_append_equals_loading_from_scratch(db, request, qvecs):
         assert tuple(sup) not in {(r[0], r[1]) for r in rows if r[1] == sup[1]}
 
 
-def test_append_is_idempotent_and_refuses_what_does_not_extend(db):
+def test_append_is_idempotent_and_refuses_what_does_not_extend(db, connect):
     old, new = conversation(OLD), conversation(NEW)
     rev1 = load(db, old)
     rev2 = loader.append_turns(db, IRI, messages(new, OLD))
@@ -227,6 +227,14 @@ def test_append_is_idempotent_and_refuses_what_does_not_extend(db):
                        "prefix_turn_seq, split from donto._extraction_blocks(%s, "
                        "donto._extraction_params('{}')) order by seq", (rev3,)).fetchall()
     assert [b[:9] for b in blocks(db, rev3)] == fresh
+    # the writer role appends through the function; the reader cannot
+    writer = connect("donto_writer")
+    rev4 = loader.append_turns(writer, IRI, [{"role": "user", "content": "Thanks."}])
+    writer.commit()
+    assert rev4 > rev3
+    reader = connect("donto_reader")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        loader.append_turns(reader, IRI, [{"role": "user", "content": "Hi."}])
 
 
 def test_identical_text_is_embedded_once(db):
