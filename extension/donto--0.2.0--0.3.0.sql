@@ -4181,6 +4181,47 @@ comment on function donto._extend_recall(bigint, bigint) is
 'Grow a recall projection to a revision that extends its latest one: unchanged windows kept '
 'with their vectors, the old last window superseded (retracted), the new tail recorded.';
 
+create or replace function donto._projection_chunks(
+    p_projection_id bigint, p_revision_id bigint,
+    p_from integer default 0, p_to integer default 2147483647
+)
+returns table (statement_id bigint, revision_id bigint, char_start integer, char_end integer)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The chunks of recall projection P_PROJECTION_ID that make up revision
+P_REVISION_ID (cut from it, or kept from a revision it extends) and overlap
+[P_FROM, P_TO), in body order. A chunk is at most the projection's window long,
+so only chunks starting after P_FROM - window are read.
+*/
+    with recursive chain as (
+        -- The revision, then the revisions it extends, each with the position before
+        -- which its chunks belong to the later revision.
+        select $2 as rev, 2147483647 as upto
+        union all
+        select pe.extends_revision_id, least(chain.upto, pe.from_char)
+        from chain
+        inner join donto.projection_extension as pe
+            on pe.projection_id = $1 and pe.revision_id = chain.rev
+    )
+    select m.statement_id, m.revision_id, m.char_start, m.char_end
+    from chain
+    inner join donto.projection as p on p.projection_id = $1
+    inner join donto.x_memory_record as m
+        on m.projection_id = $1 and m.revision_id = chain.rev
+           and m.char_start < least(chain.upto, $4)
+           and m.char_start >= $3 - (p.params ->> 'window_chars')::integer
+           and m.char_end > $3
+    order by m.char_start;
+$$;
+
+comment on function donto._projection_chunks(bigint, bigint, integer, integer) is
+'The chunks of a recall projection that make up a revision (also one that grew from an '
+'earlier revision), overlapping a span, in body order.';
+
 create or replace function donto.revision_chunks(
     p_revision_id bigint, window_chars integer default 1200, context text default null
 )
@@ -4414,47 +4455,6 @@ $$;
 comment on function donto.revision_lineage(bigint) is
 'A revision with those it extends and those extending it (bodies that are prefixes of one '
 'another): spans in the shorter body are the same text in all.';
-
-create or replace function donto._projection_chunks(
-    p_projection_id bigint, p_revision_id bigint,
-    p_from integer default 0, p_to integer default 2147483647
-)
-returns table (statement_id bigint, revision_id bigint, char_start integer, char_end integer)
-language sql
-stable
-security invoker
-set search_path to pg_catalog, pg_temp
-as $$
-/*
-The chunks of recall projection P_PROJECTION_ID that make up revision
-P_REVISION_ID (cut from it, or kept from a revision it extends) and overlap
-[P_FROM, P_TO), in body order. A chunk is at most the projection's window long,
-so only chunks starting after P_FROM - window are read.
-*/
-    with recursive chain as (
-        -- The revision, then the revisions it extends, each with the position before
-        -- which its chunks belong to the later revision.
-        select $2 as rev, 2147483647 as upto
-        union all
-        select pe.extends_revision_id, least(chain.upto, pe.from_char)
-        from chain
-        inner join donto.projection_extension as pe
-            on pe.projection_id = $1 and pe.revision_id = chain.rev
-    )
-    select m.statement_id, m.revision_id, m.char_start, m.char_end
-    from chain
-    inner join donto.projection as p on p.projection_id = $1
-    inner join donto.x_memory_record as m
-        on m.projection_id = $1 and m.revision_id = chain.rev
-           and m.char_start < least(chain.upto, $4)
-           and m.char_start >= $3 - (p.params ->> 'window_chars')::integer
-           and m.char_end > $3
-    order by m.char_start;
-$$;
-
-comment on function donto._projection_chunks(bigint, bigint, integer, integer) is
-'The chunks of a recall projection that make up a revision (also one that grew from an '
-'earlier revision), overlapping a span, in body order.';
 
 
 -- sql/090-roles.sql
