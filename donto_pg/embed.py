@@ -1,4 +1,7 @@
-"""Embed recall chunks that have no vector yet for a model (resumable).
+"""Embed recall chunks that have no vector yet for a model (resumable): the client that
+stores vectors in the database (``donto-pg embed``). The vectors themselves come from
+:mod:`donto_pg.core.encoder`, the in-process sentence-transformers model that the
+server's ``donto.embed_query`` uses too.
 
 Pages of pending chunks are embedded in length-sorted batches (less padding)
 and written by binary COPY into a staging table, then moved into
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from donto_pg import embedder
+from donto_pg.core import encoder
 from donto_pg.db import register_vector_if_present
 
 PENDING = """
@@ -49,8 +52,8 @@ class EmbedReport:
 
 
 def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, int, int]:
-    name, source = embedder.resolve(model)
-    dim = embedder.dimension(model)
+    name, source = encoder.resolve(model)
+    dim = encoder.dimension(model)
     mid = conn.execute("select donto.ensure_embedding_model(%s, %s, %s)",
                        (name, source, dim)).fetchone()[0]
     conn.commit()
@@ -86,7 +89,7 @@ def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: 
     todo = sorted({k: r[1] for k, r in zip(keys, rows, strict=True) if k not in cached}.items(),
                   key=lambda kv: len(kv[1]))
     if todo:
-        vecs = embedder.encode([t for _, t in todo], model, batch_size=batch)
+        vecs = encoder.encode([t for _, t in todo], model, batch_size=batch)
         cached.update({k: v for (k, _), v in zip(todo, vecs, strict=True)})
     if counts is not None:
         counts["encoded"] = counts.get("encoded", 0) + len(todo)

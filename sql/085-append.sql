@@ -16,11 +16,11 @@ stable
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].recall_windows_from(plpy, p_revision_id, p_window, p_start)
+return GD['donto_pg'].recall.recall_windows_from(plpy, p_revision_id, p_window, p_start)
 $py$;
 
 comment on function donto._recall_windows_from(bigint, integer, integer) is
-'The line-respecting windows of a revision from a window boundary on (donto_pg.windows), '
+'The line-respecting windows of a revision from a window boundary on (donto_pg.core.windows), '
 'with the dates of their turns; reads only the body after the boundary.';
 
 create or replace function donto._render_turns(p_turns jsonb, p_start integer, p_prev jsonb)
@@ -30,14 +30,12 @@ immutable
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-try:
-    return GD['donto_pg'].render_turns(p_turns, p_start, p_prev)
-except ValueError as exc:
-    plpy.error('donto.append_turns: %s' % exc, sqlstate='22023')
+return GD['donto_pg'].append.render_turns(plpy, p_turns, p_start, p_prev)
 $py$;
 
 comment on function donto._render_turns(jsonb, integer, jsonb) is
-'The canonical text (donto_pg.transcript) of messages appended after a body, and their turn '
+'The canonical text (donto_pg.core.transcript) of messages appended after a body, and their '
+'turn '
 'table rows (spans in the whole body).';
 
 create or replace function donto.extend_revision(
@@ -223,7 +221,7 @@ Append messages to the conversation DOCUMENT_IRI: TURNS is a JSON array of
 {role, content} with optional turn_id (default: the previous one + 1), session
 (default: the last turn's), date (ISO) and exchange (default: a user message
 opens a new exchange). They are rendered in the canonical format
-(donto_pg.transcript) after the latest revision's body, and the longer body is
+(donto_pg.core.transcript) after the latest revision's body, and the longer body is
 registered with donto.extend_revision (linked, turns recorded, projected
 incrementally). Returns the new revision id.
 Idempotent: when the latest revision is already the result of appending these
@@ -578,7 +576,7 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].extraction_blocks(plpy, rev_id, params, from_turn)
+return GD['donto_pg'].extraction.extraction_blocks(plpy, rev_id, params, from_turn)
 $py$;
 
 comment on function donto._extraction_blocks_from(bigint, jsonb, integer) is

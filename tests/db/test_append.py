@@ -17,9 +17,10 @@ import numpy as np
 import psycopg
 import pytest
 
-from donto_pg import beam, embedder, loader, migrate
+from donto_pg import beam, loader, migrate
+from donto_pg.core import encoder
+from donto_pg.core.windows import recall_windows
 from donto_pg.embed import content_key, embed_pending
-from donto_pg.windows import recall_windows
 from tests.conftest import EXAMPLES, module_database
 
 CONV13 = EXAMPLES / "chats" / "100K" / "13"
@@ -92,7 +93,7 @@ def counts(conn: psycopg.Connection) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def qvecs():
-    return embedder.encode(QUERIES)
+    return encoder.encode(QUERIES)
 
 
 def test_append_equals_loading_from_scratch(db, request, qvecs):

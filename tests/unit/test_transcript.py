@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from donto_pg import beam, transcript
-from donto_pg.windows import recall_windows
+from donto_pg import beam
+from donto_pg.core import transcript
+from donto_pg.core.windows import recall_windows
 from tests.conftest import EXAMPLES
 
 CONV13 = EXAMPLES / "chats" / "100K" / "13"

@@ -8,7 +8,7 @@ at once and rendering it in two parts (the second with ``start`` = length of the
 first text and ``prev_session`` = session of the first part's last message) give
 the same text: so a longer version of a conversation has the shorter one's body as
 its prefix, and a revision can be extended by appending turns
-(``donto.append_turns``). The format itself is described in :mod:`donto_pg.beam`.
+(``donto.append_turns``). The format itself is described in :mod:`donto_pg.core.conversation`.
 """
 
 from __future__ import annotations
