@@ -405,8 +405,10 @@ def _baseline(main: psycopg.Connection, holdout: list[dict[str, Any]],
     revisions = [c["revision_id"] for c in holdout]
     windows = [r[0] for r in main.execute(
         "select distinct (p.params ->> 'window_chars')::integer from donto.projection as p "
-        "where p.revision_id = any(%s) and p.kind = 'recall' and p.strategy = 'fixed-window'",
-        (revisions,))]
+        "where (p.revision_id = any(%s) or exists (select 1 from donto.projection_extension "
+        "as pe where pe.projection_id = p.projection_id and pe.revision_id = any(%s))) "
+        "and p.kind = 'recall' and p.strategy = 'fixed-window'",
+        (revisions, revisions))]
     main.commit()
     if len(windows) != 1:
         raise ValueError(f"the holdout's projection A must have one window size, found {windows}")

@@ -174,7 +174,8 @@ def load_beam(
     """Load BEAM conversations: canonical text, turns, questions, recall chunks, vectors.
 
     Each conversation loads in its own transaction: a bad one is reported and leaves
-    nothing behind, the others still load. Loading twice creates nothing new.
+    nothing behind, the others still load. Loading twice creates nothing new. A longer
+    version of a loaded conversation is appended: only its new text is cut and embedded.
     The exit code is 1 if any conversation failed.
     """
     from donto_pg import loader
@@ -183,7 +184,8 @@ def load_beam(
         if as_json:
             return
         if r.ok:
-            state = "new" if r.new_revision else "already loaded"
+            state = ("appended: a longer version of the loaded one" if r.appended
+                     else "new" if r.new_revision else "already loaded")
             typer.echo(f"{r.conversation}: revision {r.revision_id} ({state}), {r.chars:,} chars, "
                        f"{r.turns} turns, {r.chunks} chunks, {r.questions} questions")
         else:

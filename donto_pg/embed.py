@@ -13,6 +13,7 @@ the rest, with no duplicate and no missing vector (the primary key is
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ class EmbedReport:
     already: int
     seconds: float
     index: str
+    encoded: int = 0  # texts the model encoded (the others came from the cache)
 
     @property
     def rate(self) -> float:
@@ -58,26 +60,48 @@ def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, in
     return name, mid, dim
 
 
+def content_key(text: str) -> bytes:
+    """The key of a text in donto.embedding_cache: SHA-256 of its UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
 def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: str | None,
                   model_id: int, *, batch: int = 16,
-                  ingest: str = "ingest_embeddings") -> int:
+                  ingest: str = "ingest_embeddings", counts: dict[str, int] | None = None,
+                  cache: bool = True) -> int:
     """Embed ROWS (statement id, text) in length-sorted batches (less padding) and move the
     vectors in, in one transaction: binary COPY into the staging table, then INGEST
     (``ingest_embeddings`` for recall chunks, ``ingest_measure_embeddings`` for A/B units
-    and session summaries). Returns how many were added (existing ones are skipped)."""
+    and session summaries). Returns how many were added (existing ones are skipped).
+
+    Texts whose vector is in donto.embedding_cache (same model, same SHA-256) are not
+    encoded again: identical text is embedded once, across revisions, projections and
+    arms (CACHE=False encodes every text: benchmarks of the whole work).
+    COUNTS, if given, gains ``encoded`` and ``cached`` (texts of each kind).
+    """
     if ingest not in ("ingest_embeddings", "ingest_measure_embeddings"):
         raise ValueError(f"unknown ingest function {ingest!r}")
     rows = sorted(rows, key=lambda r: len(r[1]))
-    vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
+    keys = [content_key(r[1]) for r in rows]
     register_vector_if_present(conn)  # binary COPY needs the vector type's loaders
+    cached = dict(conn.execute("select sha256, embedding from donto.cached_embeddings(%s, %s)",
+                               (model_id, list(set(keys)))).fetchall()) if rows and cache else {}
+    todo = sorted({k: r[1] for k, r in zip(keys, rows, strict=True) if k not in cached}.items(),
+                  key=lambda kv: len(kv[1]))
+    if todo:
+        vecs = encoder.encode([t for _, t in todo], model, batch_size=batch)
+        cached.update({k: v for (k, _), v in zip(todo, vecs, strict=True)})
+    if counts is not None:
+        counts["encoded"] = counts.get("encoded", 0) + len(todo)
+        counts["cached"] = counts.get("cached", 0) + len(rows) - len(todo)
     with conn.transaction():
         conn.execute("create temp table if not exists _donto_embedding_stage "
                      "(statement_id bigint, embedding vector) on commit delete rows")
         with conn.cursor().copy("copy _donto_embedding_stage (statement_id, embedding) "
                                 "from stdin with (format binary)") as cp:
             cp.set_types(["int8", "vector"])
-            for (sid, _), vec in zip(rows, vecs, strict=True):
-                cp.write_row((sid, vec))
+            for (sid, _), key in zip(rows, keys, strict=True):
+                cp.write_row((sid, cached[key]))
         return conn.execute(f"select donto.{ingest}(%s)", (model_id,)).fetchone()[0]
 
 
@@ -89,7 +113,7 @@ def count_pending(conn: psycopg.Connection, model_id: int, context: str | None =
 
 def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: int = 16,
                   page: int = 1024, context: str | None = None, progress: bool = True,
-                  max_pages: int | None = None) -> EmbedReport:
+                  max_pages: int | None = None, cache: bool = True) -> EmbedReport:
     """Embed every chunk without a vector for MODEL; returns what was done."""
     import time
 
@@ -104,6 +128,7 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
                file=sys.stderr, dynamic_ncols=True)
     started = time.perf_counter()
     embedded = pages = 0
+    counts: dict[str, int] = {}
     try:
         while max_pages is None or pages < max_pages:
             rows = conn.execute(PENDING, {"model": model_id, "context": context,
@@ -111,7 +136,8 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
             conn.commit()  # so that each page below commits on its own
             if not rows:
                 break
-            n = store_vectors(conn, rows, model, model_id, batch=batch)
+            n = store_vectors(conn, rows, model, model_id, batch=batch, counts=counts,
+                              cache=cache)
             embedded += n
             pages += 1
             bar.update(len(rows))
@@ -120,4 +146,5 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     seconds = time.perf_counter() - started
     index = conn.execute("select donto.ensure_embedding_index(%s)", (model_id,)).fetchone()[0]
     conn.commit()
-    return EmbedReport(name, model_id, dim, embedded, done_before, seconds, index)
+    return EmbedReport(name, model_id, dim, embedded, done_before, seconds, index,
+                       counts.get("encoded", 0))

@@ -78,13 +78,19 @@ def _document_iris(conversations: Iterable[str] | None) -> list[str] | None:
     return [c if ":" in c else f"beam:{c}" for c in conversations]
 
 
-def _hits(chunks: Sequence[tuple[int, int, int]], revision: int,
+def _hits(chunks: Sequence[tuple[int, int, int]], revision: int | set[int],
           gold: Sequence[tuple[int, int, int]]) -> list[set[int]]:
-    """For each chunk in rank order, the gold turn ids it overlaps."""
+    """For each chunk in rank order, the gold turn ids it overlaps.
+
+    REVISION may be a set: the question's revision with those it extends and those that
+    extend it (``donto.revision_lineage``): a chunk kept from an earlier revision of a
+    conversation that grew is a chunk of the later one, at the same offsets.
+    """
+    revisions = revision if isinstance(revision, set) else {revision}
     out = []
     for rev, start, end in chunks:
         out.append({tid for tid, gs, ge in gold
-                    if rev == revision and start < ge and gs < end})
+                    if rev in revisions and start < ge and gs < end})
     return out
 
 
@@ -130,6 +136,7 @@ def eval_recall(conn: psycopg.Connection, *, ks: Sequence[int] = (1, 5, 10),
                                                             "abstention": 0, "no_gold": 0})
     per_question: list[dict[str, Any]] = []
     chunk_cache: dict[str, list[tuple[int, int, int]]] = {}
+    lineages: dict[int, set[int]] = {}
     seconds: dict[str, float] = defaultdict(float)
     todo = [r for r in rows if r[4] not in EXCLUDED_ABILITIES and r[7]]
     for qid, iri, ctx, rev, ability, qindex, question, gold_json in rows:
@@ -143,6 +150,9 @@ def eval_recall(conn: psycopg.Connection, *, ks: Sequence[int] = (1, 5, 10),
             continue
         c["evaluated"] += 1
         gold = [(int(t), int(s), int(e)) for t, s, e in gold_json]
+        if rev not in lineages:
+            lineages[rev] = {r for (r,) in conn.execute(
+                "select donto.revision_lineage(%s)", (rev,)).fetchall()}
         n_gold = len({t for t, _, _ in gold})
         entry: dict[str, Any] = {"question_id": qid, "conversation": iri.partition(":")[2],
                                  "ability": ability, "index": qindex, "question": question,
@@ -151,13 +161,14 @@ def eval_recall(conn: psycopg.Connection, *, ks: Sequence[int] = (1, 5, 10),
             t0 = time.perf_counter()
             got = conn.execute(_RECALL, (question, kmax, ctx, arm, pool, model)).fetchall()
             seconds[arm] += time.perf_counter() - t0
-            entry["arms"][arm] = _score(_hits(got, rev, gold), n_gold, ks)
+            entry["arms"][arm] = _score(_hits(got, lineages[rev], gold), n_gold, ks)
         if include_random:
             if ctx not in chunk_cache:
                 chunk_cache[ctx] = conn.execute(_CHUNKS, (ctx,)).fetchall()
             chunks = list(chunk_cache[ctx])
             random.Random(f"{seed}:{qid}").shuffle(chunks)
-            entry["arms"][RANDOM] = _score(_hits(chunks[:kmax], rev, gold), n_gold, ks)
+            entry["arms"][RANDOM] = _score(_hits(chunks[:kmax], lineages[rev], gold),
+                                             n_gold, ks)
         per_question.append(entry)
         if progress:
             progress(len(per_question), len(todo))

@@ -3,7 +3,10 @@
 For each conversation: its canonical text (``beam.format_chat``) becomes a
 revision (``donto.register_revision``), its messages the turn table
 (``donto.record_turns``), its probing questions ``donto.record_questions``,
-and projection A is cut in the database (``donto.project_recall``). A failing
+and projection A is cut in the database (``donto.project_recall``). A longer
+version of a loaded conversation (its latest revision is a prefix of the new
+text) is appended instead (``donto.extend_revision``): only the new text is
+cut again and embedded. A failing
 conversation rolls back alone and leaves nothing behind; loading twice
 creates nothing new.
 """
@@ -25,6 +28,7 @@ class LoadResult:
     ok: bool
     revision_id: int | None = None
     new_revision: bool = False
+    appended: bool = False  # a longer version of a loaded conversation: appended
     chars: int = 0
     turns: int = 0
     chunks: int = 0
@@ -77,6 +81,36 @@ def question_rows(questions: Iterable[beam.Question]) -> list[dict[str, object]]
     ]
 
 
+def extends_latest(conn: psycopg.Connection, iri: str, body: str) -> bool:
+    """Whether BODY is a longer version of the latest revision of document IRI (that body
+    is its prefix): then it is appended (``extend_revision``) rather than loaded anew."""
+    row = conn.execute(
+        "select r.body_chars < char_length(%(b)s) and left(%(b)s, r.body_chars) = r.body "
+        "from donto.revision as r join donto.document as d using (document_id) "
+        "where d.iri = %(iri)s order by r.revision_id desc limit 1",
+        {"b": body, "iri": iri}).fetchone()
+    return bool(row and row[0])
+
+
+def extend_revision(conn: psycopg.Connection, iri: str, body: str,
+                    turns: list[dict[str, object]], meta: str = "{}") -> int:
+    """``donto.extend_revision``: register BODY (whose prefix is the latest revision of IRI)
+    with its whole turn table, linked to the revision it extends and projected
+    incrementally wherever that one was. Returns the revision id."""
+    return conn.execute("select donto.extend_revision(%s, %s, %s, %s)",
+                        (iri, body, json.dumps(turns), meta)).fetchone()[0]
+
+
+def append_turns(conn: psycopg.Connection, iri: str, messages: list[dict[str, object]],
+                 meta: dict[str, object] | None = None) -> int:
+    """``donto.append_turns``: append MESSAGES ({role, content, turn_id?, session?, date?,
+    exchange?}) to the conversation IRI; returns the new (or, appended already, the same)
+    revision id. The caller commits."""
+    return conn.execute("select donto.append_turns(%s, %s, %s)",
+                        (iri, json.dumps(messages, ensure_ascii=False),
+                         json.dumps(meta or {}))).fetchone()[0]
+
+
 def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
                       window_chars: int = 1200, lexical: bool = True) -> LoadResult:
     """Load one conversation in one transaction (committed on success, rolled back on error).
@@ -91,13 +125,18 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
         body, spans = beam.format_chat(conv)
         check_body(body, conv.source)
         iri = document_iri(conv)
+        meta = json.dumps({"source": "beam", "scale": conv.scale})
         with conn.transaction():
             existed = conn.execute(
                 "select 1 from donto.revision where sha256 = sha256(convert_to(%s, 'UTF8'))",
                 (body,)).fetchone()
-            rev = conn.execute("select donto.register_revision(%s, %s, %s)",
-                               (iri, body, json.dumps({"source": "beam",
-                                                       "scale": conv.scale}))).fetchone()[0]
+            if existed is None and extends_latest(conn, iri, body):
+                # A longer version of a known conversation: append (incremental projections).
+                rev = extend_revision(conn, iri, body, turn_rows(spans), meta)
+                res.appended = True
+            else:
+                rev = conn.execute("select donto.register_revision(%s, %s, %s)",
+                                   (iri, body, meta)).fetchone()[0]
             res.turns = conn.execute("select donto.record_turns(%s, %s)",
                                      (rev, json.dumps(turn_rows(spans)))).fetchone()[0]
             res.questions = conn.execute(

@@ -578,6 +578,96 @@ drop function if exists donto._ab_fixed_blocks(bigint, integer);
 
 insert into donto.migration (name, sha256) values ('013-row-types.sql', 'd5d620dd9262906b8c0b998dd5fc44047eacc8857e8fdb074b7b358845ea3326');
 
+-- migrations/014-append.sql
+-- 014: conversations that grow. A revision that extends an earlier one (its
+-- body starts with the earlier body) is recorded as such; its recall
+-- projection grows the earlier revision's projection instead of starting
+-- afresh (only the last old window is superseded); vectors are cached by
+-- content so that identical text is never embedded twice.
+
+create table donto.revision_extension (
+    revision_id bigint primary key references donto.revision,
+    extends_revision_id bigint not null references donto.revision,
+    prefix_chars integer not null check (prefix_chars > 0),
+    created_at timestamptz not null default now(),
+    check (revision_id <> extends_revision_id)
+);
+
+create index revision_extension_extends_idx on donto.revision_extension (extends_revision_id);
+
+create table donto.projection_extension (
+    projection_id bigint not null references donto.projection,
+    revision_id bigint not null references donto.revision,
+    extends_revision_id bigint not null references donto.revision,
+    from_char integer not null check (from_char >= 0),
+    first_chunk_index integer not null check (first_chunk_index >= 0),
+    reused_chunks integer not null check (reused_chunks >= 0),
+    new_chunks integer not null check (new_chunks >= 0),
+    superseded_statement_id bigint references donto.statement,
+    created_at timestamptz not null default now(),
+    primary key (projection_id, revision_id)
+);
+
+create index projection_extension_revision_idx on donto.projection_extension (revision_id);
+create index projection_extension_superseded_idx
+on donto.projection_extension (superseded_statement_id);
+
+-- The chunk holding a position, within a projection whatever revision it was
+-- cut from (recall's exchange folding, donto.revision_chunks).
+create index x_memory_record_projection_span_idx
+on donto.x_memory_record (projection_id, char_start);
+
+create table donto.embedding_cache (
+    model_id integer not null references donto.embedding_model,
+    sha256 bytea not null check (length(sha256) = 32),
+    embedding vector not null,
+    created_at timestamptz not null default now(),
+    primary key (model_id, sha256)
+);
+
+-- Vectors already stored become the cache's first entries (recall chunks:
+-- their text; A/B units: the text of their span, as the A/B driver embeds it).
+with keyed as (
+    select
+        e.model_id,
+        e.statement_id,
+        e.embedding,
+        pg_catalog.sha256(pg_catalog.convert_to(
+            case
+                when s.predicate = 'mem:episodic/chunk' then s.object_lit ->> 'v'
+                else substring(r.body from s.char_start + 1 for s.char_end - s.char_start)
+            end, 'UTF8'
+        )) as sha
+    from donto.embedding as e
+    inner join donto.statement as s on e.statement_id = s.statement_id
+    inner join donto.revision as r on s.derived_from_revision = r.revision_id
+    where s.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
+)
+
+insert into donto.embedding_cache (model_id, sha256, embedding)
+select distinct on (k.model_id, k.sha)
+    k.model_id,
+    k.sha,
+    k.embedding
+from keyed as k
+order by k.model_id asc, k.sha asc, k.statement_id asc
+on conflict do nothing;
+
+comment on table donto.revision_extension is
+'A revision whose body starts with the body of the revision it extends (donto.append_turns): '
+'the link, and the length of the shared prefix.';
+comment on table donto.projection_extension is
+'A recall projection grown to a later revision that extends its revision: which chunks it '
+'kept (reused_chunks), where the new ones start (first_chunk_index) and the chunk statement '
+'the new text superseded (retracted). Its chunks for the revision: the earlier revision''s '
+'chunks that start before from_char, and the chunks recorded for the revision itself.';
+comment on table donto.embedding_cache is
+'Vectors keyed by content: (model, SHA-256 of the embedded text). The embed step looks here '
+'before encoding, so identical text is embedded once across revisions, projections and arms.';
+
+
+insert into donto.migration (name, sha256) values ('014-append.sql', '2dc4fe3cef273d3bfb75364643c4f382ef7bd43b8d9ed5657d2d621341ce1cbc');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included. Every table of schema
@@ -1171,6 +1261,9 @@ LEXICAL (default true) also builds the chunks' full-text vectors
 (donto.index_lexical); with false that is left for a later call, as the
 embeddings are.
 Idempotent: a second call with the same arguments returns the existing count.
+A revision that extends (donto.extend_revision) one projected with the same
+window and context grows that projection instead (donto._extend_recall): the
+unchanged windows are kept with their vectors, only the new text is cut.
 */
 declare
     v_doc bigint;
@@ -1199,7 +1292,37 @@ begin
     if found then
         select pg_catalog.count(*)::integer into v_n
         from donto.x_memory_record as m where m.projection_id = v_proj;
-    else
+    end if;
+    if v_proj is null then
+        -- Grown to this revision already (it extends a projected one)?
+        select pe.reused_chunks + pe.new_chunks into v_n
+        from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where pe.revision_id = rev_id and p.kind = 'recall' and p.strategy = 'fixed-window'
+              and p.params = v_params and p.context_id = v_ctx;
+        if found then
+            v_proj := -1;
+        end if;
+    end if;
+    if v_proj is null then
+        -- A revision that extends one projected here: grow that projection.
+        select p.projection_id into v_proj
+        from donto.revision_extension as x
+        inner join donto.projection as p
+            on p.kind = 'recall' and p.strategy = 'fixed-window' and p.params = v_params
+               and p.context_id = v_ctx
+        where x.revision_id = rev_id
+              and (p.revision_id = x.extends_revision_id
+                   or exists (select 1 from donto.projection_extension as pe
+                              where pe.projection_id = p.projection_id
+                                    and pe.revision_id = x.extends_revision_id))
+        order by p.projection_id
+        limit 1;
+        if found then
+            v_n := donto._extend_recall(v_proj, rev_id);
+        end if;
+    end if;
+    if v_proj is null then
         insert into donto.projection (revision_id, kind, strategy, params, context_id)
         values (rev_id, 'recall', 'fixed-window', v_params, v_ctx)
         returning projection_id into v_proj;
@@ -1456,7 +1579,8 @@ x_memory_lexical.tsv, scaled to the context; without statistics every lexeme
 counts as rare), and the candidates are at most donto.recall_lexical_budget
 (default 1,000) chunks holding one of the most selective lexemes, rarest first
 while their estimated df add up to the budget (all lexemes if that yields fewer
-than P_POOL chunks). df and N count retracted chunks too.
+than P_POOL chunks). df and N count retracted chunks too, except (exact) chunks
+superseded when their conversation grew and chunks recorded after P_AS_OF.
 */
 #variable_conflict use_column
 declare
@@ -1503,10 +1627,24 @@ begin
     if v_n <= v_exact_max then
         -- Exact: read the context's chunks once (by projection, not through the
         -- full-text index, whose posting lists span every context).
+        -- The chunks known at P_AS_OF, less those a longer version of their
+        -- conversation superseded (donto._extend_recall): N and df are those of the
+        -- revision recall answers from.
         return query
         with chunks as materialized (
             select l.statement_id, l.tsv from donto.x_memory_lexical as l
             where l.projection_id = any(v_projs)
+                  and not exists (
+                      select 1 from donto.projection_extension as pe
+                      where pe.superseded_statement_id = l.statement_id
+                            and (p_as_of is null or pe.created_at <= p_as_of))
+                  and (p_as_of is null
+                       or exists (select 1 from donto.statement as s0
+                                  where s0.statement_id = l.statement_id
+                                        and s0.tx_from <= p_as_of))
+        ),
+        n as (
+            select pg_catalog.count(*)::float8 as n from chunks
         ),
         terms as (
             select t.tq, pg_catalog.count(c.statement_id)::float8 as df
@@ -1518,11 +1656,12 @@ begin
             select
                 c.statement_id,
                 pg_catalog.sum(
-                    pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5))
+                    pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
                     * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
                 )::float8 as score
             from chunks as c
             inner join terms as t on c.tsv @@ t.tq
+            cross join n
             group by c.statement_id
         )
         select sc.statement_id, sc.score
@@ -1780,10 +1919,21 @@ begin
                 limit 1
             ) as ut on true
             left join lateral (
+                -- The chunk holding the user turn, in the same projection (whatever
+                -- revision it was cut from, when the conversation grew): known at
+                -- $3 and not superseded by then.
                 select hm.statement_id from donto.x_memory_record as hm
-                where hm.revision_id = m.revision_id and hm.projection_id = m.projection_id
+                where hm.projection_id = m.projection_id
                       and hm.char_start <= ut.header_start
-                order by hm.char_start desc
+                      and ($3::timestamptz is null
+                           or exists (select 1 from donto.statement as hs1
+                                      where hs1.statement_id = hm.statement_id
+                                            and hs1.tx_from <= $3))
+                      and not exists (
+                          select 1 from donto.projection_extension as pe
+                          where pe.superseded_statement_id = hm.statement_id
+                                and ($3::timestamptz is null or pe.created_at <= $3))
+                order by hm.char_start desc, hm.statement_id desc
                 limit 1
             ) as hm on true
             left join lateral (
@@ -2277,12 +2427,14 @@ sessions as hard boundaries, a size cap of PARAMS.cap chars, 4,000 by default)
 and store them in donto.extraction_block under a projection of kind
 'extraction' whose context is ctx:claims/<document>. Returns the number of
 blocks. Idempotent per (revision, effective params); projection A is never
-touched.
+touched. A revision that extends one projected with the same params
+(donto.extend_revision) is segmented again only from its last session.
 */
 declare
     v_iri text;
     v_ctx bigint;
     v_proj bigint;
+    v_base bigint;
     v_params jsonb;
     v_n integer;
 begin
@@ -2308,6 +2460,18 @@ begin
     insert into donto.projection (revision_id, kind, strategy, params, context_id)
     values (rev_id, 'extraction', 'turn-coherent-v1', v_params, v_ctx)
     returning projection_id into v_proj;
+
+    -- A revision that extends one segmented with these params: segment only its last
+    -- session again (donto._extend_extraction).
+    select p.projection_id into v_base
+    from donto.revision_extension as x
+    inner join donto.projection as p
+        on p.revision_id = x.extends_revision_id and p.kind = 'extraction'
+           and p.strategy = 'turn-coherent-v1' and p.params = v_params and p.context_id = v_ctx
+    where x.revision_id = rev_id;
+    if found then
+        return donto._extend_extraction(v_proj, v_base);
+    end if;
 
     insert into donto.extraction_block (
         projection_id, revision_id, seq, kind, char_start, char_end, turns,
@@ -2918,26 +3082,38 @@ begin
             c.sid, v_resp, v_block, v_run, c.claim_index, c.quote, c.turn_id,
             case when c.a_start is null then '{}'::bigint[] else array(
                 -- per recall projection: the chunk holding a_start, then those starting inside
-                select m.statement_id
-                from donto.projection as rp
-                cross join lateral (
-                    (select m1.statement_id, m1.chunk_index, m1.char_end
-                     from donto.x_memory_record as m1
-                     where m1.revision_id = v_b.revision_id
-                           and m1.projection_id = rp.projection_id
-                           and m1.char_start <= c.a_start
-                     order by m1.char_start desc
-                     limit 1)
+                select u.statement_id from (
+                    select rp.projection_id, m.chunk_index as ord, m.statement_id
+                    from donto.projection as rp
+                    cross join lateral (
+                        (select m1.statement_id, m1.chunk_index, m1.char_end
+                         from donto.x_memory_record as m1
+                         where m1.revision_id = v_b.revision_id
+                               and m1.projection_id = rp.projection_id
+                               and m1.char_start <= c.a_start
+                         order by m1.char_start desc
+                         limit 1)
+                        union all
+                        (select m2.statement_id, m2.chunk_index, m2.char_end
+                         from donto.x_memory_record as m2
+                         where m2.revision_id = v_b.revision_id
+                               and m2.projection_id = rp.projection_id
+                               and m2.char_start > c.a_start and m2.char_start < c.a_end)
+                    ) as m
+                    where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
+                          and m.char_end > c.a_start
                     union all
-                    (select m2.statement_id, m2.chunk_index, m2.char_end
-                     from donto.x_memory_record as m2
-                     where m2.revision_id = v_b.revision_id
-                           and m2.projection_id = rp.projection_id
-                           and m2.char_start > c.a_start and m2.char_start < c.a_end)
-                ) as m
-                where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
-                      and m.char_end > c.a_start
-                order by rp.projection_id, m.chunk_index
+                    -- a recall projection grown to this revision (the conversation grew):
+                    -- its chunks kept from earlier revisions count too
+                    select pe.projection_id, g.char_start, g.statement_id
+                    from donto.projection_extension as pe
+                    cross join lateral donto._projection_chunks(
+                        pe.projection_id, v_b.revision_id, c.a_start,
+                        greatest(c.a_end, c.a_start + 1)
+                    ) as g
+                    where pe.revision_id = v_b.revision_id
+                ) as u
+                order by u.projection_id, u.ord
             ) end
         from c
         returning statement_id
@@ -4355,6 +4531,704 @@ comment on function donto.recall_payload(
 'was cut (counts and statement ids); a MAX_TOKENS below the empty envelope is an error. '
 'Volatile (recall embeds the query), security invoker (the caller''s rights, donto_reader '
 'suffices).';
+
+
+-- sql/085-append.sql
+-- Conversations that grow: a revision that extends the latest one (its body
+-- starts with the old body) is projected incrementally. Projection A keeps
+-- every unchanged window (statement, vector, full-text vector) and supersedes
+-- only the old last window; projection B re-segments only the last session;
+-- vectors are cached by content (model, SHA-256 of the text).
+
+create or replace function donto._recall_windows_from(
+    p_revision_id bigint, p_window integer, p_start integer
+)
+returns table (
+    char_start integer, char_end integer, chunk_text text,
+    first_date date, min_date date, max_date date
+)
+language plpython3u
+stable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].recall.recall_windows_from(plpy, p_revision_id, p_window, p_start)
+$py$;
+
+comment on function donto._recall_windows_from(bigint, integer, integer) is
+'The line-respecting windows of a revision from a window boundary on (donto_pg.core.windows), '
+'with the dates of their turns; reads only the body after the boundary.';
+
+create or replace function donto._render_turns(p_turns jsonb, p_start integer, p_prev jsonb)
+returns table (appended text, turns jsonb)
+language plpython3u
+immutable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].append.render_turns(plpy, p_turns, p_start, p_prev)
+$py$;
+
+comment on function donto._render_turns(jsonb, integer, jsonb) is
+'The canonical text (donto_pg.core.transcript) of messages appended after a body, and their '
+'turn '
+'table rows (spans in the whole body).';
+
+create or replace function donto.extend_revision(
+    document_iri text, body text, turns jsonb, meta jsonb default '{}'
+)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Register BODY, the longer version of the document DOCUMENT_IRI whose latest
+revision is its prefix, with its whole turn table TURNS (as donto.record_turns
+takes it: the old turns unchanged, then the new ones, which start after the old
+body). Records the link (donto.revision_extension), the turns, and projects the
+new revision incrementally wherever the old one was projected: every recall
+projection (fixed windows) grows (donto.project_recall keeps every unchanged
+window and its vectors, supersedes the old last window), every extraction
+projection is re-segmented from its last session (donto.project_extraction).
+Returns the new revision id. Idempotent: the same body again returns the same
+revision and changes nothing.
+Refused with SQLSTATE 22023 when the document is unknown, when BODY does not
+extend its latest revision (it must start with the old body and be longer), or
+when the old turns are not a prefix of TURNS.
+*/
+declare
+    v_doc bigint;
+    v_sha bytea := pg_catalog.sha256(pg_catalog.convert_to(body, 'UTF8'));
+    v_base donto.revision;
+    v_rev bigint;
+    v_bad integer;
+    v_n integer;
+    v_lo integer;
+    v_hi integer;
+    v_mid integer;
+    v_extends bigint;
+begin
+    if body is null or body = '' then
+        raise exception 'donto.extend_revision: body is empty' using errcode = '22023';
+    end if;
+    select d.document_id into v_doc from donto.document as d where d.iri = document_iri;
+    if not found then
+        raise exception 'donto.extend_revision: no document % (load it first)', document_iri
+            using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+
+    select r.revision_id into v_rev from donto.revision as r
+    where r.sha256 = v_sha and r.document_id = v_doc;
+    if found then
+        -- Registered already: extended before (or the very revision): nothing new, but make
+        -- sure its projections exist (an interrupted call left nothing: one transaction).
+        select x.extends_revision_id into v_extends
+        from donto.revision_extension as x where x.revision_id = v_rev;
+        if found then
+            perform donto._extend_projections(v_extends, v_rev);
+        end if;
+        return v_rev;
+    end if;
+
+    select r.* into v_base from donto.revision as r
+    where r.document_id = v_doc order by r.revision_id desc limit 1;
+    if pg_catalog.char_length(body) <= v_base.body_chars
+       or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
+        -- The first character where they differ (binary search on prefixes).
+        v_lo := 0;
+        v_hi := least(pg_catalog.char_length(body), v_base.body_chars);
+        while v_lo < v_hi loop
+            v_mid := (v_lo + v_hi + 1) / 2;
+            if pg_catalog.left(body, v_mid) = pg_catalog.left(v_base.body, v_mid) then
+                v_lo := v_mid;
+            else
+                v_hi := v_mid - 1;
+            end if;
+        end loop;
+        v_bad := v_lo;
+        raise exception 'donto.extend_revision: the new body does not extend the latest '
+            'revision % of % (% chars; the new body has %, and differs from it at char %)',
+            v_base.revision_id, document_iri, v_base.body_chars,
+            pg_catalog.char_length(body), v_bad
+            using errcode = '22023',
+                  hint = 'A changed conversation is a new revision: donto.register_revision.';
+    end if;
+
+    v_rev := donto.register_revision(document_iri, body, meta);
+    insert into donto.revision_extension (revision_id, extends_revision_id, prefix_chars)
+    values (v_rev, v_base.revision_id, v_base.body_chars);
+    perform donto.record_turns(v_rev, turns);
+
+    select pg_catalog.count(*)::integer into v_n from donto.turn as t
+    where t.revision_id = v_base.revision_id;
+    select o.seq into v_bad
+    from donto.turn as o
+    left join donto.turn as t on t.revision_id = v_rev and o.seq = t.seq
+    where o.revision_id = v_base.revision_id
+          and (t.seq is null
+               or (o.turn_id, o.role, o.session, o.exchange, o.time_anchor, o.header_start,
+                   o.char_start, o.char_end)
+               is distinct from (t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
+                                 t.header_start, t.char_start, t.char_end))
+    order by o.seq limit 1;
+    if v_bad is not null then
+        raise exception 'donto.extend_revision: turn seq % of revision % differs in the new '
+            'turn table (the old turns must be its prefix)', v_bad, v_base.revision_id
+            using errcode = '22023';
+    end if;
+    select t.seq into v_bad from donto.turn as t
+    where t.revision_id = v_rev and t.seq >= v_n and t.header_start < v_base.body_chars
+    order by t.seq limit 1;
+    if v_bad is not null then
+        raise exception 'donto.extend_revision: new turn seq % starts inside the old body '
+            '(% chars)', v_bad, v_base.body_chars using errcode = '22023';
+    end if;
+
+    perform donto._extend_projections(v_base.revision_id, v_rev);
+    return v_rev;
+end;
+$$;
+
+comment on function donto.extend_revision(text, text, jsonb, jsonb) is
+'Register the longer version of a document (its latest revision is a prefix), link it to the '
+'revision it extends, record its turns and project it incrementally; idempotent; refuses a '
+'body that does not extend the latest revision (22023).';
+
+create or replace function donto._extend_projections(p_base bigint, p_revision_id bigint)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Project revision P_REVISION_ID (which extends P_BASE) wherever P_BASE is
+projected: each recall projection with fixed windows (its window and context)
+and each extraction projection (its parameters). Returns how many projections.
+*/
+declare
+    v_p record;
+    v_n integer := 0;
+begin
+    for v_p in
+        select distinct (p.params ->> 'window_chars')::integer as w, c.iri, p.context_id
+        from donto.projection as p inner join donto.context as c using (context_id)
+        where p.kind = 'recall' and p.strategy = 'fixed-window'
+              and (p.revision_id = p_base
+                   or exists (select 1 from donto.projection_extension as pe
+                              where pe.projection_id = p.projection_id
+                                    and pe.revision_id = p_base))
+        order by p.context_id, 1
+    loop
+        perform donto.project_recall(p_revision_id, v_p.w, v_p.iri);
+        v_n := v_n + 1;
+    end loop;
+    for v_p in
+        select p.params from donto.projection as p
+        where p.revision_id = p_base and p.kind = 'extraction'
+              and p.strategy = 'turn-coherent-v1'
+        order by p.projection_id
+    loop
+        perform donto.project_extraction(p_revision_id, v_p.params);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto._extend_projections(bigint, bigint) is
+'Project an extending revision wherever the revision it extends is projected (recall and '
+'extraction).';
+
+create or replace function donto.append_turns(
+    document_iri text, turns jsonb, meta jsonb default '{}'
+)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Append messages to the conversation DOCUMENT_IRI: TURNS is a JSON array of
+{role, content} with optional turn_id (default: the previous one + 1), session
+(default: the last turn's), date (ISO) and exchange (default: a user message
+opens a new exchange). They are rendered in the canonical format
+(donto_pg.core.transcript) after the latest revision's body, and the longer body is
+registered with donto.extend_revision (linked, turns recorded, projected
+incrementally). Returns the new revision id.
+Idempotent: when the latest revision is already the result of appending these
+same turns to the revision it extends, it is returned and nothing changes.
+*/
+declare
+    v_doc bigint;
+    v_base donto.revision;
+    v_prev jsonb;
+    v_text text;
+    v_rows jsonb;
+    v_x donto.revision_extension;
+    v_all jsonb;
+begin
+    if turns is null or pg_catalog.jsonb_typeof(turns) <> 'array'
+       or pg_catalog.jsonb_array_length(turns) = 0 then
+        raise exception 'donto.append_turns: turns must be a non-empty JSON array'
+            using errcode = '22023';
+    end if;
+    select d.document_id into v_doc from donto.document as d where d.iri = document_iri;
+    if not found then
+        raise exception 'donto.append_turns: no document % (load it first)', document_iri
+            using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    select r.* into v_base from donto.revision as r
+    where r.document_id = v_doc order by r.revision_id desc limit 1;
+
+    -- Already appended: the latest revision extends one by exactly this text.
+    select x.* into v_x from donto.revision_extension as x
+    where x.revision_id = v_base.revision_id;
+    if found then
+        select pg_catalog.to_jsonb(t) into v_prev from (
+            select t.seq, t.turn_id, t.session, t.exchange from donto.turn as t
+            where t.revision_id = v_x.extends_revision_id order by t.seq desc limit 1
+        ) as t;
+        select r.appended into v_text
+        from donto._render_turns(turns, v_x.prefix_chars, v_prev) as r;
+        if v_x.prefix_chars + pg_catalog.char_length(v_text) = v_base.body_chars
+           and substring(v_base.body from v_x.prefix_chars + 1) = v_text then
+            return v_base.revision_id;
+        end if;
+    end if;
+
+    select pg_catalog.to_jsonb(t) into v_prev from (
+        select t.seq, t.turn_id, t.session, t.exchange from donto.turn as t
+        where t.revision_id = v_base.revision_id order by t.seq desc limit 1
+    ) as t;
+    select r.appended, r.turns into v_text, v_rows
+    from donto._render_turns(turns, v_base.body_chars, v_prev) as r;
+    select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'seq', t.seq, 'turn_id', t.turn_id, 'role', t.role, 'session', t.session,
+               'exchange', t.exchange, 'date', t.time_anchor, 'header_start', t.header_start,
+               'char_start', t.char_start, 'char_end', t.char_end, 'meta', t.meta)
+               order by t.seq), '[]'::jsonb)
+    into v_all
+    from donto.turn as t where t.revision_id = v_base.revision_id;
+    return donto.extend_revision(document_iri, v_base.body || v_text, v_all || v_rows,
+                                 coalesce(meta, '{}') || v_base.meta);
+end;
+$$;
+
+comment on function donto.append_turns(text, jsonb, jsonb) is
+'Append messages ({role, content, turn_id?, session?, date?, exchange?}) to a conversation: '
+'the longer body as a new revision that extends the latest, projected incrementally; '
+'idempotent.';
+
+create or replace function donto._extend_recall(p_projection_id bigint, p_revision_id bigint)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Grow the recall projection P_PROJECTION_ID to revision P_REVISION_ID, which
+extends the projection's latest revision. The windows are greedy from the
+start, so every window but the last old one is unchanged: those chunks are
+kept (statements, vectors, full-text vectors); the windows from the start of
+the old last window on are cut again (donto._recall_windows_from) and recorded
+as new chunks of P_REVISION_ID; the old last window, unless the new cut kept it
+as it was, is retracted (superseded). Returns the revision's chunk count.
+The full-text vectors of the new chunks are left to donto.index_lexical.
+*/
+declare
+    v_proj donto.projection;
+    v_doc bigint;
+    v_window integer;
+    v_last record;
+    v_body_chars integer;
+    v_base bigint;
+    v_before integer;
+    v_next integer;
+    v_w record;
+    v_sid bigint;
+    v_from integer;
+    v_new integer;
+    v_superseded bigint;
+begin
+    select p.* into strict v_proj from donto.projection as p
+    where p.projection_id = p_projection_id;
+    v_window := (v_proj.params ->> 'window_chars')::integer;
+    select r.document_id into strict v_doc from donto.revision as r
+    where r.revision_id = p_revision_id;
+    select x.extends_revision_id into strict v_base from donto.revision_extension as x
+    where x.revision_id = p_revision_id;
+    perform pg_catalog.pg_advisory_xact_lock(2061, p_projection_id::integer);
+
+    -- How many chunks the base revision has in this projection.
+    select pe.reused_chunks + pe.new_chunks into v_before
+    from donto.projection_extension as pe
+    where pe.projection_id = p_projection_id and pe.revision_id = v_base;
+    if not found then
+        if v_proj.revision_id <> v_base then
+            raise exception 'donto._extend_recall: projection % does not hold revision %',
+                p_projection_id, v_base using errcode = '22023';
+        end if;
+        select pg_catalog.count(*)::integer into v_before from donto.x_memory_record as m
+        where m.projection_id = p_projection_id and m.revision_id = v_base;
+    end if;
+
+    -- The base's last window: its live chunk that starts last.
+    select m.statement_id, m.char_start, m.char_end, s.valid_time into v_last
+    from donto.x_memory_record as m
+    inner join donto.statement as s on m.statement_id = s.statement_id
+    where m.projection_id = p_projection_id
+          and not exists (select 1 from donto.projection_extension as pe
+                          where pe.superseded_statement_id = m.statement_id)
+    order by m.char_start desc, m.statement_id desc
+    limit 1;
+    select r.body_chars into strict v_body_chars from donto.revision as r
+    where r.revision_id = v_base;
+    if v_last.statement_id is null or v_last.char_end <> v_body_chars then
+        raise exception 'donto._extend_recall: projection % does not end at the end of '
+            'revision % (% chars)', p_projection_id, v_base, v_body_chars
+            using errcode = 'XX000';
+    end if;
+    select coalesce(pg_catalog.max(m.chunk_index), -1) + 1 into v_next
+    from donto.x_memory_record as m where m.projection_id = p_projection_id;
+
+    v_new := 0;
+    for v_w in
+        select w.char_start, w.char_end, w.chunk_text, w.first_date,
+               case when w.min_date is null then '(,)'::daterange
+                    else pg_catalog.daterange(w.min_date, w.max_date, '[]') end as valid_time
+        from donto._recall_windows_from(p_revision_id, v_window, v_last.char_start) as w
+        order by w.char_start
+    loop
+        if v_from is null then
+            -- The first window starts where the old last window starts: unchanged, or
+            -- the old one is superseded.
+            if v_w.char_end = v_last.char_end and v_w.valid_time = v_last.valid_time then
+                v_from := v_last.char_end;
+                continue;
+            end if;
+            v_superseded := v_last.statement_id;
+            v_from := v_last.char_start;
+            perform donto.retract(v_last.statement_id, pg_catalog.format(
+                'donto.append: superseded by revision %s (the conversation grew; the window '
+                'was cut again)', p_revision_id));
+            v_before := v_before - 1;
+        end if;
+        insert into donto.statement (
+            subject, predicate, object_lit, context_id, valid_time,
+            document_id, derived_from_revision, char_start, char_end
+        ) values (
+            pg_catalog.format('chunk:%s/%s/%s', p_revision_id, v_window, v_before + v_new),
+            'mem:episodic/chunk',
+            pg_catalog.jsonb_build_object('v', v_w.chunk_text, 'dt', v_w.first_date),
+            v_proj.context_id, v_w.valid_time, v_doc, p_revision_id, v_w.char_start, v_w.char_end
+        ) returning statement_id into v_sid;
+        insert into donto.x_memory_record (
+            statement_id, projection_id, revision_id, chunk_index, char_start, char_end
+        ) values (
+            v_sid, p_projection_id, p_revision_id, v_next + v_new, v_w.char_start, v_w.char_end
+        );
+        v_new := v_new + 1;
+    end loop;
+    if v_from is null then
+        raise exception 'donto._extend_recall: revision % has no window from char %',
+            p_revision_id, v_last.char_start using errcode = 'XX000';
+    end if;
+
+    insert into donto.projection_extension (
+        projection_id, revision_id, extends_revision_id, from_char, first_chunk_index,
+        reused_chunks, new_chunks, superseded_statement_id
+    ) values (
+        p_projection_id, p_revision_id, v_base, v_from, v_next, v_before, v_new, v_superseded
+    );
+    return v_before + v_new;
+end;
+$$;
+
+comment on function donto._extend_recall(bigint, bigint) is
+'Grow a recall projection to a revision that extends its latest one: unchanged windows kept '
+'with their vectors, the old last window superseded (retracted), the new tail recorded.';
+
+create or replace function donto._projection_chunks(
+    p_projection_id bigint, p_revision_id bigint,
+    p_from integer default 0, p_to integer default 2147483647
+)
+returns table (statement_id bigint, revision_id bigint, char_start integer, char_end integer)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The chunks of recall projection P_PROJECTION_ID that make up revision
+P_REVISION_ID (cut from it, or kept from a revision it extends) and overlap
+[P_FROM, P_TO), in body order. A chunk is at most the projection's window long,
+so only chunks starting after P_FROM - window are read.
+*/
+    with recursive chain as (
+        -- The revision, then the revisions it extends, each with the position before
+        -- which its chunks belong to the later revision.
+        select $2 as rev, 2147483647 as upto
+        union all
+        select pe.extends_revision_id, least(chain.upto, pe.from_char)
+        from chain
+        inner join donto.projection_extension as pe
+            on pe.projection_id = $1 and pe.revision_id = chain.rev
+    )
+    select m.statement_id, m.revision_id, m.char_start, m.char_end
+    from chain
+    inner join donto.projection as p on p.projection_id = $1
+    inner join donto.x_memory_record as m
+        on m.projection_id = $1 and m.revision_id = chain.rev
+           and m.char_start < least(chain.upto, $4)
+           and m.char_start >= $3 - (p.params ->> 'window_chars')::integer
+           and m.char_end > $3
+    order by m.char_start;
+$$;
+
+comment on function donto._projection_chunks(bigint, bigint, integer, integer) is
+'The chunks of a recall projection that make up a revision (also one that grew from an '
+'earlier revision), overlapping a span, in body order.';
+
+create or replace function donto.revision_chunks(
+    p_revision_id bigint, window_chars integer default 1200, context text default null
+)
+returns table (
+    chunk_position integer, statement_id bigint, revision_id bigint,
+    char_start integer, char_end integer, chunk_text text
+)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The recall chunks of projection A of a revision (window WINDOW_CHARS, context
+CONTEXT, default the document's recall context) in body order, whether the
+revision was cut from scratch or grew from the revision it extends (then the
+kept chunks were cut from an earlier revision: the same bytes, as its body is
+a prefix). CHUNK_POSITION is the window's position in the revision.
+*/
+    select
+        (pg_catalog.row_number() over (order by c.char_start) - 1)::integer,
+        c.statement_id, c.revision_id, c.char_start, c.char_end, s.object_lit ->> 'v'
+    from (
+        select pr.projection_id
+        from donto.projection as pr
+        inner join donto.revision as r on r.revision_id = $1
+        inner join donto.document as d on r.document_id = d.document_id
+        inner join donto.context as ct
+            on ct.iri = coalesce($3, donto.recall_context_iri(d.iri))
+        where pr.kind = 'recall' and pr.strategy = 'fixed-window'
+              and pr.context_id = ct.context_id
+              and (pr.params ->> 'window_chars')::integer = $2
+              and (pr.revision_id = $1
+                   or exists (select 1 from donto.projection_extension as pe
+                              where pe.projection_id = pr.projection_id
+                                    and pe.revision_id = $1))
+        order by pr.projection_id
+        limit 1
+    ) as p
+    cross join lateral donto._projection_chunks(p.projection_id, $1) as c
+    inner join donto.statement as s on c.statement_id = s.statement_id
+    order by c.char_start;
+$$;
+
+comment on function donto.revision_chunks(bigint, integer, text) is
+'Recall chunks of a revision''s projection A in body order (position, statement, span, '
+'text), also for a revision that grew from an earlier one.';
+
+create or replace function donto.cached_embeddings(p_model_id integer, p_sha256 bytea[])
+returns table (sha256 bytea, embedding vector)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/* The cached vectors of model P_MODEL_ID for the texts whose SHA-256 are P_SHA256. */
+    select c.sha256, c.embedding
+    from donto.embedding_cache as c
+    where c.model_id = $1 and c.sha256 = any($2);
+$$;
+
+comment on function donto.cached_embeddings(integer, bytea[]) is
+'Vectors already computed for these texts (by SHA-256) with a model: the embed step encodes '
+'only the others.';
+
+create or replace function donto._embedding_cache_fill()
+returns trigger
+language plpgsql
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+After vectors are inserted into donto.embedding: key them by content in
+donto.embedding_cache (recall chunks by their text, A/B units by the text of
+their span, as the embed step encodes them). Existing keys are kept.
+*/
+begin
+    insert into donto.embedding_cache (model_id, sha256, embedding)
+    select distinct on (n.model_id, x.sha) n.model_id, x.sha, n.embedding
+    from new_rows as n
+    inner join donto.statement as s on n.statement_id = s.statement_id
+    cross join lateral (
+        select pg_catalog.sha256(pg_catalog.convert_to(
+            case when s.predicate = 'mem:episodic/chunk' then s.object_lit ->> 'v'
+                else donto.span_text(s.derived_from_revision, s.char_start, s.char_end)
+            end, 'UTF8')) as sha
+    ) as x
+    where s.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
+    order by n.model_id, x.sha, n.statement_id
+    on conflict do nothing;
+    return null;
+end;
+$$;
+
+comment on function donto._embedding_cache_fill() is
+'Trigger body: key newly inserted vectors by content in donto.embedding_cache.';
+
+drop trigger if exists embedding_cache_fill on donto.embedding;
+create trigger embedding_cache_fill after insert on donto.embedding
+referencing new table as new_rows
+for each statement execute function donto._embedding_cache_fill();
+
+create or replace function donto._extraction_blocks_from(
+    rev_id bigint, params jsonb, from_turn integer
+)
+returns table (
+    seq integer, kind text, char_start integer, char_end integer, turns jsonb,
+    prefix_start integer, prefix_end integer, prefix_turn_seq integer, split boolean,
+    min_date date, max_date date
+)
+language plpython3u
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].extraction.extraction_blocks(plpy, rev_id, params, from_turn)
+$py$;
+
+comment on function donto._extraction_blocks_from(bigint, jsonb, integer) is
+'The extraction blocks of a revision from the session opened by turn FROM_TURN on, numbered '
+'from 0 (donto_pg.segmenter).';
+
+create or replace function donto._extend_extraction(
+    p_projection_id bigint, p_base_projection_id bigint
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Fill the new extraction projection P_PROJECTION_ID of a revision that extends
+the revision of P_BASE_PROJECTION_ID (same parameters). Sessions are hard
+boundaries of the segmenter (a block never spans two, the inert prefix never
+crosses one), so the blocks before the session of the base's last block are
+the same: they are copied; the revision is segmented again only from the first
+turn of that session. Returns the block count.
+*/
+declare
+    v_rev bigint;
+    v_base bigint;
+    v_params jsonb;
+    v_last_turn integer;
+    v_from_turn integer;
+    v_from_char integer;
+    v_kept integer;
+    v_n integer;
+begin
+    select p.revision_id, p.params into strict v_rev, v_params from donto.projection as p
+    where p.projection_id = p_projection_id;
+    select p.revision_id into strict v_base from donto.projection as p
+    where p.projection_id = p_base_projection_id;
+    -- The first turn of the base's last block, and the first turn of its session run.
+    select (b.turns -> 0 ->> 'seq')::integer into v_last_turn
+    from donto.extraction_block as b where b.projection_id = p_base_projection_id
+    order by b.seq desc limit 1;
+    select coalesce(pg_catalog.max(t.seq) + 1, 0) into v_from_turn
+    from donto.turn as t
+    inner join donto.turn as l on l.revision_id = v_base and l.seq = v_last_turn
+    where t.revision_id = v_base and t.seq < v_last_turn
+          and t.session is distinct from l.session;
+    select t.header_start into v_from_char from donto.turn as t
+    where t.revision_id = v_rev and t.seq = v_from_turn;
+
+    insert into donto.extraction_block (
+        projection_id, revision_id, seq, kind, char_start, char_end, turns,
+        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    )
+    select
+        p_projection_id, v_rev, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split, b.valid_time
+    from donto.extraction_block as b
+    where b.projection_id = p_base_projection_id and b.char_start < v_from_char
+    order by b.seq;
+    get diagnostics v_kept = row_count;
+
+    insert into donto.extraction_block (
+        projection_id, revision_id, seq, kind, char_start, char_end, turns,
+        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    )
+    select
+        p_projection_id, v_rev, v_kept + b.seq, b.kind, b.char_start, b.char_end, b.turns,
+        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+        case when b.min_date is null then '(,)'::daterange
+             else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+    from donto._extraction_blocks_from(v_rev, v_params, v_from_turn) as b
+    order by b.seq;
+    get diagnostics v_n = row_count;
+    return v_kept + v_n;
+end;
+$$;
+
+comment on function donto._extend_extraction(bigint, bigint) is
+'Projection B of an extending revision: the blocks before the last session copied from the '
+'revision it extends, the rest segmented again.';
+
+create or replace function donto.revision_lineage(p_revision_id bigint)
+returns setof bigint
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The revision, the revisions it extends and the revisions that extend it
+(transitively, donto.revision_extension): revisions whose bodies are prefixes
+of one another, so that a span of one inside the shorter body is the same text
+in all. A recalled chunk kept from an earlier revision answers a question about
+a later one.
+*/
+    with recursive
+    up as (
+        select $1 as rev
+        union
+        select x.extends_revision_id from up
+        inner join donto.revision_extension as x on x.revision_id = up.rev
+    ),
+    down as (
+        select $1 as rev
+        union
+        select x.revision_id from down
+        inner join donto.revision_extension as x on x.extends_revision_id = down.rev
+    )
+    select up.rev from up
+    union
+    select down.rev from down;
+$$;
+
+comment on function donto.revision_lineage(bigint) is
+'A revision with those it extends and those extending it (bodies that are prefixes of one '
+'another): spans in the shorter body are the same text in all.';
 
 
 -- sql/090-roles.sql

@@ -50,6 +50,9 @@ LEXICAL (default true) also builds the chunks' full-text vectors
 (donto.index_lexical); with false that is left for a later call, as the
 embeddings are.
 Idempotent: a second call with the same arguments returns the existing count.
+A revision that extends (donto.extend_revision) one projected with the same
+window and context grows that projection instead (donto._extend_recall): the
+unchanged windows are kept with their vectors, only the new text is cut.
 */
 declare
     v_doc bigint;
@@ -78,7 +81,37 @@ begin
     if found then
         select pg_catalog.count(*)::integer into v_n
         from donto.x_memory_record as m where m.projection_id = v_proj;
-    else
+    end if;
+    if v_proj is null then
+        -- Grown to this revision already (it extends a projected one)?
+        select pe.reused_chunks + pe.new_chunks into v_n
+        from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where pe.revision_id = rev_id and p.kind = 'recall' and p.strategy = 'fixed-window'
+              and p.params = v_params and p.context_id = v_ctx;
+        if found then
+            v_proj := -1;
+        end if;
+    end if;
+    if v_proj is null then
+        -- A revision that extends one projected here: grow that projection.
+        select p.projection_id into v_proj
+        from donto.revision_extension as x
+        inner join donto.projection as p
+            on p.kind = 'recall' and p.strategy = 'fixed-window' and p.params = v_params
+               and p.context_id = v_ctx
+        where x.revision_id = rev_id
+              and (p.revision_id = x.extends_revision_id
+                   or exists (select 1 from donto.projection_extension as pe
+                              where pe.projection_id = p.projection_id
+                                    and pe.revision_id = x.extends_revision_id))
+        order by p.projection_id
+        limit 1;
+        if found then
+            v_n := donto._extend_recall(v_proj, rev_id);
+        end if;
+    end if;
+    if v_proj is null then
         insert into donto.projection (revision_id, kind, strategy, params, context_id)
         values (rev_id, 'recall', 'fixed-window', v_params, v_ctx)
         returning projection_id into v_proj;
@@ -335,7 +368,8 @@ x_memory_lexical.tsv, scaled to the context; without statistics every lexeme
 counts as rare), and the candidates are at most donto.recall_lexical_budget
 (default 1,000) chunks holding one of the most selective lexemes, rarest first
 while their estimated df add up to the budget (all lexemes if that yields fewer
-than P_POOL chunks). df and N count retracted chunks too.
+than P_POOL chunks). df and N count retracted chunks too, except (exact) chunks
+superseded when their conversation grew and chunks recorded after P_AS_OF.
 */
 #variable_conflict use_column
 declare
@@ -382,10 +416,24 @@ begin
     if v_n <= v_exact_max then
         -- Exact: read the context's chunks once (by projection, not through the
         -- full-text index, whose posting lists span every context).
+        -- The chunks known at P_AS_OF, less those a longer version of their
+        -- conversation superseded (donto._extend_recall): N and df are those of the
+        -- revision recall answers from.
         return query
         with chunks as materialized (
             select l.statement_id, l.tsv from donto.x_memory_lexical as l
             where l.projection_id = any(v_projs)
+                  and not exists (
+                      select 1 from donto.projection_extension as pe
+                      where pe.superseded_statement_id = l.statement_id
+                            and (p_as_of is null or pe.created_at <= p_as_of))
+                  and (p_as_of is null
+                       or exists (select 1 from donto.statement as s0
+                                  where s0.statement_id = l.statement_id
+                                        and s0.tx_from <= p_as_of))
+        ),
+        n as (
+            select pg_catalog.count(*)::float8 as n from chunks
         ),
         terms as (
             select t.tq, pg_catalog.count(c.statement_id)::float8 as df
@@ -397,11 +445,12 @@ begin
             select
                 c.statement_id,
                 pg_catalog.sum(
-                    pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5))
+                    pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
                     * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
                 )::float8 as score
             from chunks as c
             inner join terms as t on c.tsv @@ t.tq
+            cross join n
             group by c.statement_id
         )
         select sc.statement_id, sc.score
@@ -659,10 +708,21 @@ begin
                 limit 1
             ) as ut on true
             left join lateral (
+                -- The chunk holding the user turn, in the same projection (whatever
+                -- revision it was cut from, when the conversation grew): known at
+                -- $3 and not superseded by then.
                 select hm.statement_id from donto.x_memory_record as hm
-                where hm.revision_id = m.revision_id and hm.projection_id = m.projection_id
+                where hm.projection_id = m.projection_id
                       and hm.char_start <= ut.header_start
-                order by hm.char_start desc
+                      and ($3::timestamptz is null
+                           or exists (select 1 from donto.statement as hs1
+                                      where hs1.statement_id = hm.statement_id
+                                            and hs1.tx_from <= $3))
+                      and not exists (
+                          select 1 from donto.projection_extension as pe
+                          where pe.superseded_statement_id = hm.statement_id
+                                and ($3::timestamptz is null or pe.created_at <= $3))
+                order by hm.char_start desc, hm.statement_id desc
                 limit 1
             ) as hm on true
             left join lateral (

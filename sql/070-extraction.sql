@@ -246,12 +246,14 @@ sessions as hard boundaries, a size cap of PARAMS.cap chars, 4,000 by default)
 and store them in donto.extraction_block under a projection of kind
 'extraction' whose context is ctx:claims/<document>. Returns the number of
 blocks. Idempotent per (revision, effective params); projection A is never
-touched.
+touched. A revision that extends one projected with the same params
+(donto.extend_revision) is segmented again only from its last session.
 */
 declare
     v_iri text;
     v_ctx bigint;
     v_proj bigint;
+    v_base bigint;
     v_params jsonb;
     v_n integer;
 begin
@@ -277,6 +279,18 @@ begin
     insert into donto.projection (revision_id, kind, strategy, params, context_id)
     values (rev_id, 'extraction', 'turn-coherent-v1', v_params, v_ctx)
     returning projection_id into v_proj;
+
+    -- A revision that extends one segmented with these params: segment only its last
+    -- session again (donto._extend_extraction).
+    select p.projection_id into v_base
+    from donto.revision_extension as x
+    inner join donto.projection as p
+        on p.revision_id = x.extends_revision_id and p.kind = 'extraction'
+           and p.strategy = 'turn-coherent-v1' and p.params = v_params and p.context_id = v_ctx
+    where x.revision_id = rev_id;
+    if found then
+        return donto._extend_extraction(v_proj, v_base);
+    end if;
 
     insert into donto.extraction_block (
         projection_id, revision_id, seq, kind, char_start, char_end, turns,
@@ -887,26 +901,38 @@ begin
             c.sid, v_resp, v_block, v_run, c.claim_index, c.quote, c.turn_id,
             case when c.a_start is null then '{}'::bigint[] else array(
                 -- per recall projection: the chunk holding a_start, then those starting inside
-                select m.statement_id
-                from donto.projection as rp
-                cross join lateral (
-                    (select m1.statement_id, m1.chunk_index, m1.char_end
-                     from donto.x_memory_record as m1
-                     where m1.revision_id = v_b.revision_id
-                           and m1.projection_id = rp.projection_id
-                           and m1.char_start <= c.a_start
-                     order by m1.char_start desc
-                     limit 1)
+                select u.statement_id from (
+                    select rp.projection_id, m.chunk_index as ord, m.statement_id
+                    from donto.projection as rp
+                    cross join lateral (
+                        (select m1.statement_id, m1.chunk_index, m1.char_end
+                         from donto.x_memory_record as m1
+                         where m1.revision_id = v_b.revision_id
+                               and m1.projection_id = rp.projection_id
+                               and m1.char_start <= c.a_start
+                         order by m1.char_start desc
+                         limit 1)
+                        union all
+                        (select m2.statement_id, m2.chunk_index, m2.char_end
+                         from donto.x_memory_record as m2
+                         where m2.revision_id = v_b.revision_id
+                               and m2.projection_id = rp.projection_id
+                               and m2.char_start > c.a_start and m2.char_start < c.a_end)
+                    ) as m
+                    where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
+                          and m.char_end > c.a_start
                     union all
-                    (select m2.statement_id, m2.chunk_index, m2.char_end
-                     from donto.x_memory_record as m2
-                     where m2.revision_id = v_b.revision_id
-                           and m2.projection_id = rp.projection_id
-                           and m2.char_start > c.a_start and m2.char_start < c.a_end)
-                ) as m
-                where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
-                      and m.char_end > c.a_start
-                order by rp.projection_id, m.chunk_index
+                    -- a recall projection grown to this revision (the conversation grew):
+                    -- its chunks kept from earlier revisions count too
+                    select pe.projection_id, g.char_start, g.statement_id
+                    from donto.projection_extension as pe
+                    cross join lateral donto._projection_chunks(
+                        pe.projection_id, v_b.revision_id, c.a_start,
+                        greatest(c.a_end, c.a_start + 1)
+                    ) as g
+                    where pe.revision_id = v_b.revision_id
+                ) as u
+                order by u.projection_id, u.ord
             ) end
         from c
         returning statement_id

@@ -110,44 +110,17 @@ def format_chat(conv: Conversation | Sequence[Message]) -> tuple[str, list[TurnS
     See the module docstring for the format. Deterministic: a pure function of the
     messages (their session, date, role, turn_id and content).
     """
+    from donto_pg.core.transcript import render
+
     messages = conv.messages if isinstance(conv, Conversation) else conv
-    chunks: list[str] = []
-    spans: list[TurnSpan] = []
-    pos = 0
-    prev_session: int | None = None
-
-    def emit(text: str) -> None:
-        nonlocal pos
-        chunks.append(text)
-        pos += len(text)
-
-    for i, m in enumerate(messages):
-        if i == 0 or m.session != prev_session:
-            if i:
-                emit("\n")
-            day = m.date.isoformat() if m.date else "undated"
-            emit(f"=== session {m.session} | {day} ===\n")
-            prev_session = m.session
-        emit("\n")
-        header_start = pos
-        emit(f"[{m.role} #{m.turn_id}] ")
-        char_start = pos
-        emit(m.content)
-        spans.append(
-            TurnSpan(
-                seq=m.seq,
-                turn_id=m.turn_id,
-                role=m.role,
-                session=m.session,
-                exchange=m.exchange,
-                date=m.date,
-                header_start=header_start,
-                char_start=char_start,
-                char_end=pos,
-            )
-        )
-        emit("\n")
-    return "".join(chunks), spans
+    body, where = render({"role": m.role, "turn_id": m.turn_id, "session": m.session,
+                          "date": m.date, "content": m.content} for m in messages)
+    spans = [
+        TurnSpan(seq=m.seq, turn_id=m.turn_id, role=m.role, session=m.session,
+                 exchange=m.exchange, date=m.date, header_start=h, char_start=s, char_end=e)
+        for m, (h, s, e) in zip(messages, where, strict=True)
+    ]
+    return body, spans
 
 
 def _fenced_chars(text: str) -> int:

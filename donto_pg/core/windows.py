@@ -15,12 +15,17 @@ from collections.abc import Iterator, Sequence
 from datetime import date
 
 
-def recall_windows(body: str, window: int = 1200) -> Iterator[tuple[int, int]]:
-    """Yield (char_start, char_end) spans; see the module docstring."""
+def recall_windows(body: str, window: int = 1200, start: int = 0) -> Iterator[tuple[int, int]]:
+    """Yield (char_start, char_end) spans; see the module docstring.
+
+    START (a window boundary of BODY, or of any body BODY extends) resumes the cut
+    there: the windows are greedy from the start, so those from a boundary on are
+    the same whether the cut began at 0 or there. An extended revision is cut
+    again only from its old last window (``donto._extend_recall``).
+    """
     if window < 1:
         raise ValueError(f"window must be at least 1 character, got {window}")
     n = len(body)
-    start = 0
     while start < n:
         limit = min(start + window, n)
         if limit == n:

@@ -65,10 +65,15 @@ def block_rows(body: str, turns: list[dict], params: dict) -> list[tuple]:
     return rows
 
 
-def extraction_blocks(plpy, revision_id: int, params: str) -> list[tuple]:
-    """Rows of :func:`block_rows` for a stored revision and its turn table."""
+def extraction_blocks(plpy, revision_id: int, params: str, from_turn: int = 0) -> list[tuple]:
+    """Rows of :func:`block_rows` for a stored revision and its turn table.
+
+    FROM_TURN > 0 segments only the turns from that seq on (it must open a session:
+    sessions are hard boundaries, so the blocks from there on are those of a whole
+    segmentation), numbering the blocks from 0 (``donto._extend_extraction``).
+    """
     body = revision_body(plpy, revision_id)
-    turns = turn_rows(plpy, revision_id)
+    turns = [t for t in turn_rows(plpy, revision_id) if t["seq"] >= from_turn]
     if not turns:
         plpy.error(f"donto.project_extraction: revision {revision_id} has no turn table "
                    "(record it with donto.record_turns)")

@@ -23,6 +23,25 @@ def recall_windows(plpy, revision_id: int, window: int) -> list[tuple]:
     return [(i, s, e, body[s:e], *d) for i, ((s, e), d) in pairs]
 
 
+def recall_windows_from(plpy, revision_id: int, window: int, start: int) -> list[tuple]:
+    """Rows (char_start, char_end, text, first_date, min_date, max_date) of the windows of a
+    revision from the window boundary START on, reading only the body after START
+    (``donto._recall_windows_from``: a revision that extends another is cut again only
+    from the old last window)."""
+    plan = plpy.prepare("select substring(body from $2 + 1) as tail from donto.revision "
+                        "where revision_id = $1", ["bigint", "integer"])
+    rows = plpy.execute(plan, [revision_id, start])
+    if not rows:
+        plpy.error(f"donto._recall_windows_from: no revision {revision_id}")
+    tail = rows[0]["tail"]
+    turns = [t for t in turn_rows(plpy, revision_id) if t["char_end"] > start]
+    spans = [(s + start, e + start) for s, e in windows(tail, window)]
+    dates = window_dates(spans, [t["header_start"] for t in turns],
+                         [t["char_end"] for t in turns], [t["date"] for t in turns])
+    return [(s, e, tail[s - start:e - start], *d)
+            for (s, e), d in zip(spans, dates, strict=True)]
+
+
 def embed_query(plpy, text: str, model: str | None) -> str:
     """The query's vector as pgvector text (``donto.embed_query``)."""
     vec = encoder.encode([text], model)[0]

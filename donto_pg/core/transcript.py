@@ -1,0 +1,106 @@
+"""The canonical conversation text: one pure renderer for loading and appending.
+
+``render(messages, start=0, prev_session=None)`` renders MESSAGES as they follow a
+body of START characters whose last message was in session PREV_SESSION (None: the
+messages open the body). It returns the text and, per message, its
+``(header_start, char_start, char_end)`` in the whole body. Rendering a conversation
+at once and rendering it in two parts (the second with ``start`` = length of the
+first text and ``prev_session`` = session of the first part's last message) give
+the same text: so a longer version of a conversation has the shorter one's body as
+its prefix, and a revision can be extended by appending turns
+(``donto.append_turns``). The format itself is described in :mod:`donto_pg.core.conversation`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def session_header(session: object, day: datetime.date | str | None) -> str:
+    if isinstance(day, datetime.date):
+        day = day.isoformat()
+    return f"=== session {session} | {day or 'undated'} ===\n"
+
+
+def render(messages: Iterable[Mapping[str, Any]], start: int = 0,
+           prev_session: object = None) -> tuple[str, list[tuple[int, int, int]]]:
+    """Text and spans of MESSAGES (mappings with role, turn_id, session, date, content)."""
+    parts: list[str] = []
+    spans: list[tuple[int, int, int]] = []
+    pos = start
+    first = start == 0 and prev_session is None
+
+    def emit(text: str) -> None:
+        nonlocal pos
+        parts.append(text)
+        pos += len(text)
+
+    for m in messages:
+        if first or m["session"] != prev_session:
+            if not first:
+                emit("\n")
+            emit(session_header(m["session"], m.get("date")))
+            prev_session = m["session"]
+            first = False
+        emit("\n")
+        header_start = pos
+        emit(f"[{m['role']} #{m['turn_id']}] ")
+        char_start = pos
+        emit(m["content"])
+        spans.append((header_start, char_start, pos))
+        emit("\n")
+    return "".join(parts), spans
+
+
+def append_rows(messages: list[Mapping[str, Any]], start: int,
+                prev: Mapping[str, Any] | None) -> tuple[str, list[dict[str, Any]]]:
+    """Render MESSAGES appended to a body of START characters whose last turn is PREV
+    (``{seq, turn_id, session, exchange}``, None for an empty body).
+
+    A message is ``{role, content}`` with optional ``turn_id`` (default: the previous
+    one + 1), ``session`` (default: the previous turn's), ``date`` (ISO, default none)
+    and ``exchange`` (default: a user message opens a new exchange, another continues
+    the previous one). Returns the appended text and the new turns as rows of
+    ``donto.record_turns`` (spans in the whole body). Raises ``ValueError`` on a
+    malformed message.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("turns must be a non-empty JSON array of messages")
+    seq = prev["seq"] + 1 if prev else 0
+    turn_id = prev["turn_id"] if prev and prev.get("turn_id") is not None else seq - 1
+    session = prev["session"] if prev and prev.get("session") is not None else 1
+    exchange = prev["exchange"] if prev and prev.get("exchange") is not None else -1
+    full: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise ValueError(f"turn {i}: a message is a JSON object, not {type(m).__name__}")
+        role, content = m.get("role"), m.get("content")
+        if not isinstance(role, str) or not role.strip() or "]" in role or "\n" in role:
+            raise ValueError(f"turn {i}: role must be a non-empty one-line word")
+        if not isinstance(content, str):
+            raise ValueError(f"turn {i}: content must be a string")
+        turn_id = m.get("turn_id", turn_id + 1)
+        if isinstance(turn_id, bool) or not isinstance(turn_id, int):
+            raise ValueError(f"turn {i}: turn_id must be an integer")
+        session = m.get("session", session)
+        if isinstance(session, bool) or not isinstance(session, int):
+            raise ValueError(f"turn {i}: session must be an integer")
+        exchange = m.get("exchange", exchange + 1 if role == "user" or exchange < 0
+                         else exchange)
+        if isinstance(exchange, bool) or not isinstance(exchange, int):
+            raise ValueError(f"turn {i}: exchange must be an integer")
+        date = m.get("date")
+        if date is not None:
+            try:
+                date = datetime.date.fromisoformat(str(date)).isoformat()
+            except ValueError as exc:
+                raise ValueError(f"turn {i}: date {date!r} is not an ISO date") from exc
+        full.append({"seq": seq + i, "turn_id": turn_id, "role": role, "session": session,
+                     "exchange": exchange, "date": date, "content": content})
+    text, spans = render(full, start, prev["session"] if prev else None)
+    rows = [{k: v for k, v in m.items() if k != "content"}
+            | {"header_start": h, "char_start": s, "char_end": e}
+            for m, (h, s, e) in zip(full, spans, strict=True)]
+    return text, rows

@@ -1,0 +1,20 @@
+"""PL/Python bodies of conversations that grow (sql/085-append.sql)."""
+
+from __future__ import annotations
+
+import json
+
+from donto_pg.core.transcript import append_rows
+
+
+def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
+    """Render appended messages (JSON) after a body of START chars whose last turn is PREV
+    (JSON {seq, turn_id, session, exchange} or None): one row (text, turns JSON), the turns
+    as rows of donto.record_turns with spans in the whole body. A malformed message is
+    SQLSTATE 22023."""
+    try:
+        text, rows = append_rows(json.loads(turns), start, json.loads(prev) if prev else None)
+    except ValueError as exc:
+        plpy.error(f"donto.append_turns: {exc}", sqlstate="22023")
+        raise  # not reached: plpy.error raises
+    return [(text, json.dumps(rows, ensure_ascii=False))]

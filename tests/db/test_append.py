@@ -1,0 +1,312 @@
+"""Conversations that grow: appending turns is incremental and exact.
+
+A conversation loaded short, then appended to, must give the same recall chunks
+(text, spans, valid time), vectors, extraction blocks and recall answers as the
+longer conversation loaded from scratch, while only the new text is cut again
+and embedded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import uuid
+
+import numpy as np
+import psycopg
+import pytest
+
+from donto_pg import beam, loader, migrate
+from donto_pg.core import encoder
+from donto_pg.core.windows import recall_windows
+from donto_pg.embed import content_key, embed_pending
+from tests.conftest import EXAMPLES, module_database
+
+CONV13 = EXAMPLES / "chats" / "100K" / "13"
+OLD, NEW = 64, 74  # messages: the 10 appended ones cross from session 1 into session 2
+IRI = "beam:100K/13"
+QUERIES = ["what database did we choose", "deadline for the project", "how do I fix the test",
+           "what is my budget", "which framework should I use for the frontend"]
+
+
+def conversation(n: int) -> beam.Conversation:
+    conv = next(beam.iter_beam(CONV13))
+    return dataclasses.replace(conv, messages=conv.messages[:n], questions=[])
+
+
+def messages(conv: beam.Conversation, start: int) -> list[dict[str, object]]:
+    return [{"role": m.role, "content": m.content, "turn_id": m.turn_id, "session": m.session,
+             "exchange": m.exchange, "date": m.date.isoformat() if m.date else None}
+            for m in conv.messages[start:]]
+
+
+def load(conn: psycopg.Connection, conv: beam.Conversation) -> int:
+    res = loader.load_conversation(conn, conv)
+    assert res.ok, res.error
+    conn.execute("select donto.project_extraction(%s)", (res.revision_id,))
+    conn.commit()
+    return res.revision_id
+
+
+def chunks(conn: psycopg.Connection, rev: int) -> list[tuple]:
+    return conn.execute(
+        "select c.chunk_position, c.char_start, c.char_end, c.chunk_text, s.valid_time::text, "
+        "s.object_lit ->> 'dt' from donto.revision_chunks(%s) as c "
+        "join donto.statement as s using (statement_id) order by c.chunk_position",
+        (rev,)).fetchall()
+
+
+def vectors(conn: psycopg.Connection, rev: int) -> np.ndarray:
+    rows = conn.execute(
+        "select e.embedding from donto.revision_chunks(%s) as c "
+        "join donto.embedding as e using (statement_id) order by c.chunk_position",
+        (rev,)).fetchall()
+    return np.array([np.asarray(r[0].to_numpy()) for r in rows])
+
+
+def blocks(conn: psycopg.Connection, rev: int) -> list[tuple]:
+    return conn.execute(
+        "select b.seq, b.kind, b.char_start, b.char_end, b.turns, b.prefix_start, b.prefix_end, "
+        "b.prefix_turn_seq, b.split, b.valid_time::text from donto.extraction_block as b "
+        "join donto.projection as p using (projection_id) where p.revision_id = %s "
+        "order by b.seq", (rev,)).fetchall()
+
+
+def recall(conn: psycopg.Connection, qvecs, as_of=None, arms="hybrid") -> list[list[tuple]]:
+    out = []
+    for q, v in zip(QUERIES, qvecs, strict=True):
+        out.append(conn.execute(
+            "select char_start, char_end, chunk_text from donto.recall_by_vector("
+            "%s::vector, %s, k => 10, as_of => %s, arms => %s)",
+            (list(map(float, v)), q, as_of, arms)).fetchall())
+    conn.commit()
+    return out
+
+
+def counts(conn: psycopg.Connection) -> dict[str, int]:
+    tables = ["revision", "revision_extension", "turn", "statement", "retraction",
+              "x_memory_record", "x_memory_lexical", "embedding", "embedding_cache",
+              "projection", "projection_extension", "extraction_block"]
+    return {t: conn.execute(f"select count(*) from donto.{t}").fetchone()[0] for t in tables}
+
+
+@pytest.fixture(scope="module")
+def qvecs():
+    return encoder.encode(QUERIES)
+
+
+def test_append_equals_loading_from_scratch(db, request, qvecs):
+    old, new = conversation(OLD), conversation(NEW)
+    rev1 = load(db, old)
+    first = embed_pending(db, progress=False)
+    before = recall(db, qvecs)
+    lexical_before = recall(db, qvecs, arms="lexical")
+    t0 = db.execute("select now()").fetchone()[0]
+    db.commit()
+    n_old = len(chunks(db, rev1))
+
+    rev2 = loader.append_turns(db, IRI, messages(new, OLD))
+    db.commit()
+    assert rev2 != rev1
+    assert db.execute("select extends_revision_id, prefix_chars from donto.revision_extension "
+                      "where revision_id = %s", (rev2,)).fetchone() == (
+        rev1, len(beam.format_chat(old)[0]))
+    report = embed_pending(db, progress=False)
+
+    body, spans = beam.format_chat(new)
+    assert db.execute("select body from donto.revision where revision_id = %s",
+                      (rev2,)).fetchone()[0] == body
+    assert db.execute("select count(*) from donto.turn where revision_id = %s",
+                      (rev2,)).fetchone()[0] == len(spans)
+    got = chunks(db, rev2)
+    assert [(c[1], c[2]) for c in got] == list(recall_windows(body, 1200))
+    assert "".join(c[3] for c in got) == body
+    # only the old last window was superseded; only the new chunks were embedded
+    new_chunks = db.execute("select new_chunks, reused_chunks, superseded_statement_id "
+                            "from donto.projection_extension where revision_id = %s",
+                            (rev2,)).fetchone()
+    assert new_chunks[1] == n_old - 1 and new_chunks[2] is not None
+    assert new_chunks[0] + new_chunks[1] == len(got)
+    assert report.embedded == new_chunks[0] and report.encoded <= new_chunks[0]
+    # identical chunks of the conversation itself are encoded once
+    assert first.embedded == n_old
+    assert first.encoded == len({c[3] for c in chunks(db, rev1)})
+
+    with module_database(request, "scratch") as scratch:
+        rev_s = load(scratch, new)
+        embed_pending(scratch, progress=False)
+        assert chunks(scratch, rev_s) == got
+        np.testing.assert_allclose(vectors(db, rev2), vectors(scratch, rev_s), atol=2e-6)
+        assert vectors(db, rev2).shape == (len(got), 384)
+        assert blocks(db, rev2) == blocks(scratch, rev_s)
+        assert recall(db, qvecs) == recall(scratch, qvecs)
+        assert recall(db, qvecs, arms="lexical") == recall(scratch, qvecs, arms="lexical")
+
+    # as_of before the append answers from the old revision, as recall did then
+    assert recall(db, qvecs, as_of=t0) == before
+    assert recall(db, qvecs, as_of=t0, arms="lexical") == lexical_before
+    # nothing returned twice: the superseded window never comes back now
+    sup = db.execute("select s.char_start, s.char_end from donto.statement as s "
+                     "where s.statement_id = %s", (new_chunks[2],)).fetchone()
+    for rows in recall(db, qvecs):
+        assert len({(r[0], r[1]) for r in rows}) == len(rows)
+        assert tuple(sup) not in {(r[0], r[1]) for r in rows if r[1] == sup[1]}
+
+
+def test_append_is_idempotent_and_refuses_what_does_not_extend(db, connect):
+    old, new = conversation(OLD), conversation(NEW)
+    rev1 = load(db, old)
+    rev2 = loader.append_turns(db, IRI, messages(new, OLD))
+    db.commit()
+    snap = counts(db)
+    # the same append again, and loading the longer conversation: nothing new
+    assert loader.append_turns(db, IRI, messages(new, OLD)) == rev2
+    db.commit()
+    res = loader.load_conversation(db, new)
+    assert res.ok and res.revision_id == rev2, res.error
+    db.execute("select donto.project_extraction(%s)", (rev2,))
+    db.commit()
+    assert counts(db) == snap
+
+    body2 = db.execute("select body from donto.revision where revision_id = %s",
+                       (rev2,)).fetchone()[0]
+    turns2 = json.dumps(db.execute(
+        "select jsonb_agg(to_jsonb(t) - 'revision_id' order by seq) from donto.turn as t "
+        "where revision_id = %s", (rev2,)).fetchone()[0])
+    db.commit()
+    # a body that changes old text is refused, with nothing left behind
+    changed = body2[:100] + "X" + body2[101:] + "\n[user #999] more\n"
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="differs from it at char 100"):
+        db.execute("select donto.extend_revision(%s, %s, %s::jsonb)", (IRI, changed, turns2))
+    db.rollback()
+    # a shorter body (the revision it extends) is refused too
+    body1 = db.execute("select body from donto.revision where revision_id = %s",
+                       (rev1,)).fetchone()[0]
+    db.commit()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="does not extend"):
+        db.execute("select donto.extend_revision(%s, %s, '[]')", (IRI, body1 + "tail"))
+    db.rollback()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no document"):
+        loader.append_turns(db, "beam:nope", [{"role": "user", "content": "hi"}])
+    db.rollback()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="content must be a string"):
+        loader.append_turns(db, IRI, [{"role": "user", "content": 5}])
+    db.rollback()
+    # new turns must start after the old body; old turns must stay as they were
+    bad_turns = json.loads(turns2)
+    bad_turns[0]["role"] = "assistant"
+    longer = body2 + "\n[user #999] more\n"
+    more = bad_turns + [{"seq": len(bad_turns), "turn_id": 999, "role": "user",
+                         "header_start": len(body2) + 1, "char_start": len(body2) + 13,
+                         "char_end": len(longer) - 1}]
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="turn seq 0 of revision"):
+        db.execute("select donto.extend_revision(%s, %s, %s::jsonb)",
+                   (IRI, longer, json.dumps(more)))
+    db.rollback()
+    assert counts(db) == snap
+
+    # appending within one session: user turn with defaults (turn id, session, exchange)
+    rev3 = loader.append_turns(db, IRI, [{"role": "user", "content": "One more question."},
+                                         {"role": "assistant", "content": "Sure."}])
+    db.commit()
+    last = db.execute("select turn_id, role, session, exchange from donto.turn "
+                      "where revision_id = %s order by seq desc limit 2", (rev3,)).fetchall()
+    prev = db.execute("select turn_id, session, exchange from donto.turn "
+                      "where revision_id = %s order by seq desc limit 1", (rev2,)).fetchone()
+    assert last == [(prev[0] + 2, "assistant", prev[1], prev[2] + 1),
+                    (prev[0] + 1, "user", prev[1], prev[2] + 1)]
+    body3 = db.execute("select body from donto.revision where revision_id = %s",
+                       (rev3,)).fetchone()[0]
+    assert body3.startswith(body2) and body3.endswith(f"\n[assistant #{last[0][0]}] Sure.\n")
+    got = db.execute("select char_start, char_end, chunk_text from donto.revision_chunks(%s) "
+                     "order by chunk_position", (rev3,)).fetchall()
+    assert [(s, e) for s, e, _ in got] == list(recall_windows(body3, 1200))
+    assert all(t == body3[s:e] for s, e, t in got)
+    # projection B of the third revision equals a whole segmentation of it
+    fresh = db.execute("select seq, kind, char_start, char_end, turns, prefix_start, prefix_end, "
+                       "prefix_turn_seq, split from donto._extraction_blocks(%s, "
+                       "donto._extraction_params('{}')) order by seq", (rev3,)).fetchall()
+    assert [b[:9] for b in blocks(db, rev3)] == fresh
+    # the writer role appends through the function; the reader cannot
+    writer = connect("donto_writer")
+    rev4 = loader.append_turns(writer, IRI, [{"role": "user", "content": "Thanks."}])
+    writer.commit()
+    assert rev4 > rev3
+    reader = connect("donto_reader")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        loader.append_turns(reader, IRI, [{"role": "user", "content": "Hi."}])
+
+
+def test_identical_text_is_embedded_once(db):
+    rev = load(db, conversation(OLD))
+    first = embed_pending(db, progress=False)
+    assert 0 < first.encoded <= first.embedded
+    # the same revision projected into another context: every vector from the cache
+    n = db.execute("select donto.project_recall(%s, 1200, 'ctx:memory/episodic/copy')",
+                   (rev,)).fetchone()[0]
+    db.commit()
+    again = embed_pending(db, progress=False)
+    assert (again.embedded, again.encoded) == (n, 0)
+    same = db.execute(
+        "select count(*) from donto.x_memory_record as a "
+        "join donto.x_memory_record as b using (revision_id, chunk_index) "
+        "join donto.embedding as ea on ea.statement_id = a.statement_id "
+        "join donto.embedding as eb on eb.statement_id = b.statement_id "
+        "where a.projection_id < b.projection_id and ea.embedding = eb.embedding").fetchone()[0]
+    assert same == n
+
+
+@pytest.fixture
+def empty_db(db):
+    """An empty database on the test server (dropped afterwards)."""
+    info = db.info
+    name = f"donto_append_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect(host=info.host, port=info.port, user=info.user, dbname="postgres",
+                            autocommit=True)
+    admin.execute(f'create database "{name}"')
+    conn = psycopg.connect(host=info.host, port=info.port, user=info.user, dbname=name)
+    yield conn
+    conn.close()
+    admin.execute(f'drop database if exists "{name}" with (force)')
+    admin.close()
+
+
+def test_upgrade_to_014_caches_the_stored_vectors(empty_db):
+    """014 keys every stored vector of a recall chunk by its text: none is embedded again."""
+    conn = empty_db
+    migrate.migrate(conn, upto="013")
+    conn.execute("""
+        with d as (insert into donto.document (iri) values ('test:014') returning document_id),
+        r as (insert into donto.revision (document_id, sha256, body, body_chars)
+              select document_id, sha256('abab'::bytea), 'abab', 4 from d
+              returning revision_id, document_id),
+        c as (insert into donto.context (iri) values ('ctx:test/014') returning context_id),
+        p as (insert into donto.projection (revision_id, kind, strategy, context_id)
+              select revision_id, 'recall', 'fixed-window', context_id from r, c
+              returning projection_id, revision_id),
+        m as (insert into donto.embedding_model (name, source, dimension)
+              values ('toy', 'toy', 3) returning model_id),
+        s as (insert into donto.statement (subject, predicate, object_lit, context_id,
+                                           derived_from_revision, char_start, char_end)
+              select 'chunk:' || g, 'mem:episodic/chunk', jsonb_build_object('v', 'ab'),
+                     context_id, r.revision_id, 2 * g, 2 * g + 2
+              from c, r, generate_series(0, 1) as g returning statement_id),
+        x as (insert into donto.x_memory_record (statement_id, projection_id, revision_id,
+                                                 chunk_index, char_start, char_end)
+              select s.statement_id, p.projection_id, p.revision_id,
+                     row_number() over (order by s.statement_id) - 1, 0, 2
+              from s, p)
+        insert into donto.embedding (statement_id, model_id, embedding)
+        select s.statement_id, m.model_id, '[1,0,0]' from s, m""")
+    conn.commit()
+    assert migrate.migrate(conn)[-1] == "014-append.sql"
+    rows = conn.execute("select encode(sha256, 'hex'), embedding::text "
+                        "from donto.embedding_cache").fetchall()
+    assert rows == [(hashlib.sha256(b"ab").hexdigest(), "[1,0,0]")]
+    assert content_key("ab") == hashlib.sha256(b"ab").digest()
+    # the cache is append-only like every fact table
+    with pytest.raises(psycopg.Error, match="append-only") as err:
+        conn.execute("delete from donto.embedding_cache")
+    assert err.value.sqlstate == "DI003"
+    conn.rollback()

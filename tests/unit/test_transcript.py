@@ -1,0 +1,66 @@
+"""The canonical text renderer: a longer conversation's body extends the shorter one's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from donto_pg import beam
+from donto_pg.core import transcript
+from donto_pg.core.windows import recall_windows
+from tests.conftest import EXAMPLES
+
+CONV13 = EXAMPLES / "chats" / "100K" / "13"
+
+
+def test_rendering_in_two_parts_equals_rendering_at_once():
+    conv = next(beam.iter_beam(CONV13))
+    for cut in (1, 69, 70, 71, 200):  # 70 opens session 2
+        head = dataclasses.replace(conv, messages=conv.messages[:cut])
+        body1, spans1 = beam.format_chat(head)
+        body, spans = beam.format_chat(conv.messages[:cut + 20])
+        last = spans1[-1]
+        prev = {"seq": last.seq, "turn_id": last.turn_id, "session": last.session,
+                "exchange": last.exchange}
+        msgs = [{"role": m.role, "content": m.content, "turn_id": m.turn_id,
+                 "session": m.session, "exchange": m.exchange,
+                 "date": m.date.isoformat() if m.date else None}
+                for m in conv.messages[cut:cut + 20]]
+        text, rows = transcript.append_rows(msgs, len(body1), prev)
+        assert body1 + text == body
+        assert rows == [{"seq": s.seq, "turn_id": s.turn_id, "role": s.role,
+                         "session": s.session, "exchange": s.exchange,
+                         "date": s.date.isoformat() if s.date else None,
+                         "header_start": s.header_start, "char_start": s.char_start,
+                         "char_end": s.char_end} for s in spans[cut:]]
+
+
+def test_append_rows_defaults_and_errors():
+    text, rows = transcript.append_rows(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+        10, {"seq": 4, "turn_id": 7, "session": 2, "exchange": 3})
+    assert text == "\n[user #8] hi\n\n[assistant #9] hello\n"
+    assert [(r["seq"], r["turn_id"], r["session"], r["exchange"]) for r in rows] == [
+        (5, 8, 2, 4), (6, 9, 2, 4)]
+    assert rows[0]["char_start"] == 10 + len("\n[user #8] ")
+    text, _ = transcript.append_rows([{"role": "user", "content": "x", "session": 3,
+                                       "date": "2024-01-02"}], 5,
+                                     {"seq": 0, "turn_id": 0, "session": 2, "exchange": 0})
+    assert text == "\n=== session 3 | 2024-01-02 ===\n\n[user #1] x\n"
+    for bad, msg in [([], "non-empty"), ([{"role": "", "content": "x"}], "role"),
+                     ([{"role": "user"}], "content"),
+                     ([{"role": "user", "content": "x", "date": "soon"}], "ISO date"),
+                     ([{"role": "user", "content": "x", "turn_id": "7"}], "turn_id")]:
+        with pytest.raises(ValueError, match=msg):
+            transcript.append_rows(bad, 0, None)
+
+
+def test_windows_resume_at_a_boundary_of_a_shorter_body():
+    conv = next(beam.iter_beam(CONV13))
+    short, _ = beam.format_chat(conv.messages[:60])
+    long, _ = beam.format_chat(conv.messages)
+    old = list(recall_windows(short, 1200))
+    new = list(recall_windows(long, 1200))
+    assert new[:len(old) - 1] == old[:-1]  # greedy from the start: only the last differs
+    assert list(recall_windows(long, 1200, start=old[-1][0])) == new[len(old) - 1:]
