@@ -1,31 +1,37 @@
 """donto-pg: the command line. Every command is a short call into the database API.
 
 With no --dsn and no DONTO_DSN, commands use the embedded cluster under
-DONTO_HOME, started on demand (see `donto-pg db --help`).
+DONTO_HOME, started on demand (see `donto-pg db --help`). Errors are one or two
+lines (what failed and why, then what to do); --debug shows the traceback.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated
 
 import typer
 
 from donto_pg import db as dbmod
+from donto_pg import errors
 from donto_pg import migrate as mig
-from donto_pg.cluster import Cluster, ClusterError
+from donto_pg.cluster import Cluster
+from donto_pg.errors import DontoError, InputError, NothingFound, UsageError
 
+# Plain (click) help: flags are shown as flags (`--json`), not as `--json <bool>`.
 app = typer.Typer(
     help=__doc__,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 db_app = typer.Typer(help="Manage the embedded PostgreSQL cluster (ignored with --dsn/DONTO_DSN).",
-                     no_args_is_help=True)
+                     no_args_is_help=True, rich_markup_mode=None)
 ext_app = typer.Typer(help="Build and install the donto PostgreSQL extension (CREATE EXTENSION).",
-                      no_args_is_help=True)
+                      no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 app.add_typer(ext_app, name="extension")
 
@@ -47,9 +53,76 @@ def out(data: object, as_json: bool, text: str | None = None) -> None:
         typer.echo(str(data))
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    return typer.Exit(code)
+def fail(what: str, why: str | None = None, *, fix: str | None = None) -> UsageError:
+    """A bad option or argument (exit code 2); ``raise fail(...)``."""
+    return UsageError(what, why, fix=fix)
+
+
+def progress_enabled(as_json: bool = False) -> bool:
+    """Progress goes to standard error on a terminal (or with DONTO_PROGRESS=1), never
+    with --json."""
+    forced = os.environ.get("DONTO_PROGRESS")
+    if forced is not None:
+        return forced not in ("", "0")
+    return not as_json and sys.stderr.isatty()
+
+
+def note(text: str) -> None:
+    """A progress line on standard error."""
+    typer.echo(text, err=True)
+
+
+def connect(dsn: str | None, *, vector: bool = True):
+    """A connection to a database that has the donto schema (else a SchemaMissing error
+    that says to run `donto-pg migrate`)."""
+    conn = dbmod.connect(dsn, vector=vector)
+    try:
+        dbmod.require_schema(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def providers(path: str | None):
+    """The provider pool of a TOML file (None: the offline fallback), or an InputError."""
+    if path is None:
+        return None
+    from donto_pg.llm import ProviderPool
+
+    try:
+        return ProviderPool.from_config(path)
+    except FileNotFoundError as exc:
+        raise InputError(f"provider config {path}: no such file",
+                         fix="give a TOML file of [[provider]] tables (README: Extraction), "
+                             "or leave the option out for the offline extractor") from exc
+    except (ValueError, OSError) as exc:
+        raise InputError(f"provider config {path}", str(exc),
+                         fix="see the providers.toml example in the README") from exc
+
+
+def recall_arms(value: str) -> list[str]:
+    """Comma-separated recall arms, checked before any work starts."""
+    from donto_pg.evaluate import ARMS
+
+    arms = [a.strip() for a in value.split(",") if a.strip()]
+    bad = [a for a in arms if a not in ARMS]
+    if bad or not arms:
+        raise fail(f"--arms {value}: unknown recall arm {', '.join(map(repr, bad)) or '(none)'}",
+                   fix=f"use {', '.join(ARMS)} (comma-separated where several are allowed)")
+    return arms
+
+
+_DEBUG = False
+
+
+@app.callback()
+def _options(
+    debug: Annotated[bool, typer.Option(
+        "--debug", envvar="DONTO_DEBUG", help="Show the full traceback of an error.")] = False,
+) -> None:
+    global _DEBUG
+    _DEBUG = debug
 
 
 # -- db ---------------------------------------------------------------------------
@@ -168,19 +241,28 @@ def load_beam(
             typer.echo(f"{r.conversation}: revision {r.revision_id} ({state}), {r.chars:,} chars, "
                        f"{r.turns} turns, {r.chunks} chunks, {r.questions} questions")
         else:
-            typer.secho(f"{r.conversation}: FAILED: {r.error}", fg=typer.colors.RED, err=True)
+            who = "" if r.conversation == "?" else f"{r.conversation}: "
+            typer.secho(f"{who}FAILED: {r.error}", fg=typer.colors.RED, err=True)
         for w in r.warnings:
             typer.echo(f"  warning: {w}", err=True)
         for s in r.skipped:
             typer.echo(f"  skipped: {s}", err=True)
 
-    with dbmod.connect(dsn) as conn:
+    with connect(dsn) as conn:
         try:
             results = loader.load_beam(conn, path, scale=scale, conversations=conversation,
                                        on_result=show, jobs=jobs,
                                        connect=lambda: dbmod.connect(dsn, vector=False))
         except (FileNotFoundError, ValueError) as exc:
-            raise fail(str(exc)) from exc
+            raise InputError(str(exc), fix="give a BEAM root, chats/ dir, scale or "
+                             "conversation dir, chat.json, or a .jsonl/.parquet rows file"
+                             ) from exc
+        if not results:
+            raise NothingFound(f"nothing to load at {path}",
+                               "no conversation there matches" + (f" --scale {scale}" if scale
+                                                                   else " the filters"),
+                               fix="check --scale (100K, 500K, 1M, 10M) and -c against the "
+                                   "directory's chats/<scale>/<id>/ layout")
         report = None
         if not no_embed and any(r.ok for r in results):
             report = _embed(conn, model, context=None, progress=not as_json)
@@ -224,7 +306,7 @@ def embed(
     as_json: JsonOpt = False,
 ) -> None:
     """Embed every recall chunk that has no vector for the model (resumable; kill-safe)."""
-    with dbmod.connect(dsn) as conn:
+    with connect(dsn) as conn:
         r = _embed(conn, model, context=context, progress=not as_json, batch=batch, page=page)
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
             "embedded": r.embedded, "already": r.already, "seconds": round(r.seconds, 2),
@@ -245,9 +327,11 @@ def recall(
     as_json: JsonOpt = False,
 ) -> None:
     """Recall chunks for a query with donto.recall (the same call works in psql)."""
+    if len(recall_arms(arms)) != 1:
+        raise fail(f"--arms {arms}: recall takes one arm", fix="use vector, lexical or hybrid")
     if conversation:
         context = f"ctx:memory/episodic/beam/{conversation}"
-    with dbmod.connect(dsn) as conn:
+    with connect(dsn) as conn:
         rows = conn.execute(
             "select statement_id, revision_id, char_start, char_end, score, vector_rank, "
             "lexical_rank, valid_time::text, chunk_text "
@@ -299,7 +383,7 @@ def project_extraction(
     """Cut extraction blocks (projection B) with donto.project_extraction (idempotent)."""
     from donto_pg import extract
 
-    with dbmod.connect(dsn) as conn:
+    with connect(dsn) as conn:
         results = extract.project_extraction(conn, revision_ids=revision,
                                              conversations=conversation, params=_params(params))
     data = [r.as_dict() for r in results]
@@ -336,14 +420,14 @@ def extract(
     anchor rate of dialogue blocks is below 0.4. Exit code 1 when it stopped early.
     """
     from donto_pg import extract as ex
-    from donto_pg.llm import ProviderPool
 
     if provider_config and provider:
         raise fail("give --provider-config or --provider, not both")
     if provider not in (None, "baseline"):
         raise fail("--provider takes only 'baseline'; put real providers in --provider-config")
-    pool = ProviderPool.from_config(provider_config) if provider_config else None
+    pool = providers(provider_config)
     url = dbmod.resolve_dsn(dsn)
+    connect(url).close()
 
     def progress(p) -> None:
         if not as_json:
@@ -394,18 +478,19 @@ def eval_recall(
     """
     from donto_pg import evaluate, loader
 
-    with dbmod.connect(dsn) as conn:
+    arm_list = recall_arms(arms)
+    with connect(dsn) as conn:
         try:
             loaded = loader.load_beam(conn, path, scale=scale, conversations=conversation)
         except (FileNotFoundError, ValueError) as exc:
-            raise fail(str(exc)) from exc
+            raise InputError(str(exc)) from exc
         for r in loaded:
             if not r.ok:
                 typer.secho(f"{r.conversation}: FAILED: {r.error}", fg=typer.colors.RED, err=True)
         convs = [r.conversation for r in loaded if r.ok]
         if not convs:
-            raise fail(f"no conversation could be loaded from {path}")
-        arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+            raise NothingFound(f"no conversation could be loaded from {path}",
+                               fix="check the path, --scale and -c (see the lines above)")
         if set(arm_list) - {"lexical"} or summaries:
             _embed(conn, model, context=None, progress=not as_json)
         report = evaluate.eval_recall(conn, ks=k or (1, 5, 10), arms=arm_list,
@@ -423,7 +508,7 @@ def eval_recall(
         try:
             plots.plot_recall(report, plot)
         except RuntimeError as exc:
-            raise fail(str(exc)) from exc
+            raise DontoError("cannot write the plot", str(exc)) from exc
     if as_json:
         out(report, True)
         return
@@ -475,9 +560,16 @@ def ab(
     per arm (commit / re-prompt / re-chunk / reject) is computed in SQL by donto.ab_verdict.
     """
     from donto_pg import ab as abmod
-    from donto_pg.llm import ProviderPool
 
+    for spec in arm or ():
+        try:
+            abmod.parse_arm(spec)
+        except ValueError as exc:
+            raise fail(f"--arm {spec}", str(exc)) from exc
+    recall_arms(recall_arm)
+    pool = providers(provider_config)
     url = dbmod.resolve_dsn(dsn)
+    connect(url).close()
 
     def event(e: dict) -> None:
         if not as_json:
@@ -486,7 +578,7 @@ def ab(
     report = abmod.run_ab(
         lambda: dbmod.connect(url), holdout=holdout, holdout_size=holdout_size,
         arms=arm or abmod.DEFAULT_ARMS,
-        providers=ProviderPool.from_config(provider_config) if provider_config else None,
+        providers=pool,
         k=k, model=model, recall_arm=recall_arm, concurrency=concurrency,
         alarm_after=alarm_after, reject_injection=reject_injection, reject_anchor=reject_anchor,
         max_injection=max_injection, min_anchor=min_anchor, min_hypothesis=min_hypothesis,
@@ -508,12 +600,12 @@ def summarize(
     """One summary per session (abstractive with a provider, else extractive and labelled so),
     embedded as a coarse recall key (donto.recall_summaries; never mixed into donto.recall)."""
     from donto_pg import summaries
-    from donto_pg.llm import ProviderPool
 
-    with dbmod.connect(dsn) as conn:
+    pool = providers(provider_config)
+    with connect(dsn) as conn:
         report = summaries.summarize_sessions(
             conn, revision_ids=revision, conversations=conversation,
-            providers=ProviderPool.from_config(provider_config) if provider_config else None,
+            providers=pool,
             model=model, max_chars=max_chars, embed=not no_embed)
     out(report, as_json)
 
@@ -557,9 +649,42 @@ def demo(
                     provider_config)
 
 
-def main() -> None:  # pragma: no cover
+def _report(lines: list[str]) -> None:
+    typer.secho(lines[0], fg=typer.colors.RED, err=True)
+    for line in lines[1:]:
+        typer.echo(line, err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `donto-pg` entry point: every error ends here as one or two lines on standard
+    error and a non-zero exit code (2 for a bad option), its traceback only with --debug
+    (anywhere on the command line) or DONTO_DEBUG=1."""
+    global _DEBUG
+    args = list(sys.argv[1:] if argv is None else argv)
+    cut = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:cut]:
+        args.remove("--debug")
+        _DEBUG = True
+    _DEBUG = _DEBUG or os.environ.get("DONTO_DEBUG", "") not in ("", "0")
     try:
-        app()
-    except (ClusterError, mig.MigrationError) as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        sys.exit(1)
+        code = app(args=args, prog_name="donto-pg", standalone_mode=False)
+    except typer.TyperException as exc:  # click's usage errors: a bad option or argument
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `donto-pg` or group: the help
+            typer.echo(exc.format_message())
+            sys.exit(2)
+        ctx = getattr(exc, "ctx", None)
+        where = f"donto-pg {ctx.command_path.split(' ', 1)[1]}" if ctx and " " in ctx.command_path \
+            else "donto-pg"
+        _report([f"error: {' '.join(exc.format_message().split())}",
+                 f"  fix: see `{where} --help`"])
+        sys.exit(getattr(exc, "exit_code", 2) or 2)
+    except typer.Abort:
+        _report(["interrupted"])
+        sys.exit(130)
+    except (Exception, KeyboardInterrupt) as exc:
+        if _DEBUG:
+            raise
+        told = errors.explain(exc) or errors.explain_bug(exc)
+        _report(told.lines)
+        sys.exit(told.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

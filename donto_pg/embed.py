@@ -17,6 +17,7 @@ import psycopg
 
 from donto_pg import embedder
 from donto_pg.db import register_vector_if_present
+from donto_pg.errors import InputError
 
 PENDING = """
 select m.statement_id, s.object_lit ->> 'v'
@@ -48,7 +49,15 @@ class EmbedReport:
 
 def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, int, int]:
     name, source = embedder.resolve(model)
-    dim = embedder.dimension(model)
+    try:
+        dim = embedder.dimension(model)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"cannot load the embedding model {model!r}",
+            "it is not a local sentence-transformers directory, and models are not downloaded "
+            "(offline: HF_HUB_OFFLINE=1)",
+            fix=f"give a local model directory, or leave --model out for {embedder.DEFAULT_MODEL} "
+                "(shipped)") from exc
     mid = conn.execute("select donto.ensure_embedding_model(%s, %s, %s)",
                        (name, source, dim)).fetchone()[0]
     conn.commit()

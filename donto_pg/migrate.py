@@ -29,18 +29,19 @@ from pathlib import Path
 
 import psycopg
 
-from donto_pg import __version__
+from donto_pg import __version__, resources
+from donto_pg.errors import DontoError
 
-ROOT = Path(__file__).resolve().parent.parent
-SQL_DIR = ROOT / "sql"
-MIGRATIONS_DIR = ROOT / "migrations"
-EXTENSION_DIR = ROOT / "extension"
+ROOT = resources.PACKAGE_PARENT
+SQL_DIR = resources.data_dir("sql")
+MIGRATIONS_DIR = resources.data_dir("migrations")
+EXTENSION_DIR = resources.data_dir("extension")
 HEAD = "000-head.sql"
 _NAME = re.compile(r"^(\d{3})-[a-z0-9-]+\.sql$")
 _LOCK_KEY = 2055
 
 
-class MigrationError(RuntimeError):
+class MigrationError(DontoError):
     """A migration cannot be applied safely (tampered, missing, or failing)."""
 
 
@@ -73,7 +74,9 @@ class Status:
 def _read_dir(directory: Path) -> list[Source]:
     if not directory.is_dir():
         raise MigrationError(
-            f"SQL sources not found at {directory} (is donto-pg installed editable?)")
+            f"SQL sources not found at {directory}",
+            fix="this donto-pg install is incomplete: reinstall it (pip install donto-pg, "
+                "or pip install -e . in a checkout)")
     out = []
     numbers = set()
     for p in sorted(directory.glob("*.sql")):
