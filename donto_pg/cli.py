@@ -58,18 +58,19 @@ def fail(what: str, why: str | None = None, *, fix: str | None = None) -> UsageE
     return UsageError(what, why, fix=fix)
 
 
-def progress_enabled(as_json: bool = False) -> bool:
-    """Progress goes to standard error on a terminal (or with DONTO_PROGRESS=1), never
-    with --json."""
+def progress_enabled() -> bool:
+    """Progress of long work goes to standard error (never into --json's standard
+    output), when that is a terminal or DONTO_PROGRESS=1 asks for it."""
     forced = os.environ.get("DONTO_PROGRESS")
     if forced is not None:
         return forced not in ("", "0")
-    return not as_json and sys.stderr.isatty()
+    return sys.stderr.isatty()
 
 
-def note(text: str) -> None:
-    """A progress line on standard error."""
-    typer.echo(text, err=True)
+def progress(text: str) -> None:
+    """One progress line on standard error (see :func:`progress_enabled`)."""
+    if progress_enabled():
+        typer.echo(text, err=True)
 
 
 def connect(dsn: str | None, *, vector: bool = True):
@@ -180,7 +181,7 @@ def migrate(
             for s in mig.plan(conn):
                 typer.echo(f"-- {s.name}\n{s.text}")
             return
-        applied = mig.migrate(conn)
+        applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"))
     out({"applied": applied}, as_json,
         f"applied {', '.join(applied)}" if applied else "up to date (nothing to apply)")
 
@@ -233,8 +234,13 @@ def load_beam(
     """
     from donto_pg import loader
 
+    loaded = 0
+
     def show(r: loader.LoadResult) -> None:
+        nonlocal loaded
+        loaded += 1
         if as_json:
+            progress(f"load: {loaded} done ({r.conversation}{'' if r.ok else ', FAILED'})")
             return
         if r.ok:
             state = "new" if r.new_revision else "already loaded"
@@ -384,8 +390,10 @@ def project_extraction(
     from donto_pg import extract
 
     with connect(dsn) as conn:
-        results = extract.project_extraction(conn, revision_ids=revision,
-                                             conversations=conversation, params=_params(params))
+        results = extract.project_extraction(
+            conn, revision_ids=revision, conversations=conversation, params=_params(params),
+            on_result=lambda r: progress(f"project-extraction: revision {r.revision_id} "
+                                         f"({r.document}): {r.blocks} blocks"))
     data = [r.as_dict() for r in results]
     out(data, as_json, "\n".join(
         f"{d['document']}: revision {d['revision_id']}, {d['blocks']} blocks {d['by_kind']}"

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,14 +179,17 @@ def write_settings(conn: psycopg.Connection, paths: list[str] | None = None) -> 
 
 
 def migrate(conn: psycopg.Connection, *, upto: str | None = None,
-            paths: list[str] | None = None) -> list[str]:
+            paths: list[str] | None = None,
+            on_step: Callable[[str], None] | None = None) -> list[str]:
     """Install or upgrade the donto schema in the connected database.
 
     Returns the names of the migrations applied now ([] when up to date).
     Runs in one transaction; safe to run again (a no-op for the data).
     With UPTO (tests of upgrades) only the migrations up to it run: the
     idempotent sql/ belongs to the newest version and may need later tables.
+    ON_STEP hears the name of each file before it runs (progress).
     """
+    step = on_step or (lambda _name: None)
     if conn.autocommit:
         raise MigrationError("migrate needs a connection with autocommit off")
     try:
@@ -203,6 +207,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
         by_name = {m.name: m for m in migrations(upto)}
         for name in st.pending:
             m = by_name[name]
+            step(f"migrations/{name}")
             try:
                 conn.execute(m.text)
             except psycopg.Error as exc:
@@ -211,6 +216,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
                          (name, m.sha256))
         write_settings(conn, paths)
         for s in idempotent_sources() if upto is None else []:
+            step(f"sql/{s.name}")
             try:
                 conn.execute(s.text)
             except psycopg.Error as exc:
