@@ -283,6 +283,49 @@ def load_beam(
         raise typer.Exit(1)
 
 
+@app.command()
+def add(
+    file: Annotated[str, typer.Argument(
+        help="A chat log (.json: a list of {role, content, timestamp?, session?} messages or "
+             "an object with 'messages'; .jsonl: one message per line) or a plain text file.")],
+    document: Annotated[str | None, typer.Option(
+        "--document", "-d", help="Document IRI [default: file:<file name>].")] = None,
+    text: Annotated[bool, typer.Option(
+        "--text", help="Read FILE as plain text even if it ends in .json or .jsonl.")] = False,
+    no_embed: Annotated[bool, typer.Option("--no-embed", help="Leave embedding to `embed`.")
+                        ] = False,
+    model: Annotated[str | None, typer.Option(help="Embedding model (name or path).")] = None,
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a chat log or a text file (donto_pg.add_conversation / add_text): revision,
+    turns, recall chunks, extraction blocks (chat logs only) and vectors. Idempotent."""
+    from pathlib import Path
+
+    from donto_pg import api
+
+    path = Path(file)
+    if not path.is_file():
+        raise InputError(f"{file}: no such file")
+    iri = document or f"file:{path.name}"
+    chat = not text and path.suffix.lower() in (".json", ".jsonl")
+    with connect(dsn) as conn:
+        if chat:
+            messages = api.read_chat_file(path)
+            rev = api.add_conversation(conn, messages, iri, embed=not no_embed, model=model)
+        else:
+            try:
+                body = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{file}: not UTF-8 text", str(exc)) from exc
+            rev = api.add_text(conn, body, iri, embed=not no_embed, model=model)
+    data = {"document": iri, "revision_id": rev, "kind": "conversation" if chat else "text"}
+    if chat:
+        data["messages"] = len(messages)
+    out(data, as_json, f"added {iri}: revision {rev} ("
+        + (f"{len(messages)} messages" if chat else "text, recall only") + ")")
+
+
 def _model_name(model: str) -> str:
     """The name a model is registered under (a local path becomes absolute)."""
     from donto_pg import embedder

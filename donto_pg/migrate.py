@@ -109,11 +109,18 @@ def migrations(upto: str | None = None) -> list[Source]:
 
 
 def python_path() -> list[str]:
-    """Directories the server's Python needs to import donto_pg and its dependencies."""
+    """Directories the server's Python needs to import donto_pg and its dependencies:
+    the package's parent, this environment's site-packages, then any other
+    site-packages this Python imports from (a --system-site-packages venv's, or one
+    added by a .pth file)."""
     paths = [str(ROOT)]
     for key in ("purelib", "platlib"):
         p = sysconfig.get_paths()[key]
         if p not in paths:
+            paths.append(p)
+    for p in sys.path:
+        if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir() \
+                and p not in paths:
             paths.append(p)
     return paths
 
