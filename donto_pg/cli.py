@@ -123,7 +123,7 @@ def _options(
         "--debug", envvar="DONTO_DEBUG", help="Show the full traceback of an error.")] = False,
 ) -> None:
     global _DEBUG
-    _DEBUG = debug
+    _DEBUG = _DEBUG or debug
 
 
 # -- db ---------------------------------------------------------------------------
