@@ -214,11 +214,13 @@ def claims(conn: psycopg.Connection, *, document: str | None = None,
 def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> beam.Conversation:
     """The messages as a conversation: turn ids in order (0, 1, ...), a new exchange at
     each user message, sessions from ``session`` (default 1, then the previous one),
-    dates from ``timestamp``; contents cleaned as BEAM's are (``beam.clean_content``)."""
+    dates from ``timestamp`` (a message without one has the latest date before it in its
+    session, else the session's first); contents cleaned as BEAM's are
+    (``beam.clean_content``)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise InputError(f"{document_iri}: messages must be a non-empty list of "
                          "{role, content} objects")
-    out: list[beam.Message] = []
+    rows: list[tuple[str, int, datetime.date | None, str, int]] = []
     session, exchange = 1, -1
     for i, m in enumerate(messages):
         where = f"{document_iri}: message {i}"
@@ -236,10 +238,22 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
             session = m["session"]
         if role == "user" or exchange < 0:
             exchange += 1
-        out.append(beam.Message(seq=i, turn_id=i, role=role, session=session,
-                                date=_date(m.get("timestamp"), where),
-                                content=beam.clean_content(_content(m.get("content"), where)),
-                                question_type=None, exchange=exchange))
+        rows.append((role, session, _date(m.get("timestamp"), where),
+                     beam.clean_content(_content(m.get("content"), where)), exchange))
+    # A message without a timestamp has the latest one before it in its session, else
+    # the session's first (so the session's header carries its date, as in BEAM).
+    first: dict[int, datetime.date] = {}
+    for _, ses, day, _, _ in rows:
+        if day is not None:
+            first.setdefault(ses, day)
+    out: list[beam.Message] = []
+    last: dict[int, datetime.date] = {}
+    for i, (role, ses, day, content, ex) in enumerate(rows):
+        day = day or last.get(ses) or first.get(ses)
+        if day is not None:
+            last[ses] = day
+        out.append(beam.Message(seq=i, turn_id=i, role=role, session=ses, date=day,
+                                content=content, question_type=None, exchange=ex))
     return beam.Conversation(conversation_id=document_iri, scale="", messages=out,
                              questions=[], source=document_iri)
 
