@@ -54,7 +54,7 @@ def out(data: object, as_json: bool, text: str | None = None) -> None:
 
 
 def fail(what: str, why: str | None = None, *, fix: str | None = None) -> UsageError:
-    """A bad option or argument (exit code 2); ``raise fail(...)``."""
+    """A bad option or argument; ``raise fail(...)``."""
     return UsageError(what, why, fix=fix)
 
 
@@ -421,6 +421,19 @@ def _params(params: str | None) -> dict | None:
     return value
 
 
+def _revisions(conn, revision: list[int] | None, conversation: list[str] | None) -> list[int]:
+    """The revisions -r/-c select (extract.resolve_revisions), or a NothingFound error."""
+    from donto_pg import extract
+
+    try:
+        return extract.resolve_revisions(conn, revision, conversation)
+    except ValueError as exc:
+        raise NothingFound(str(exc), fix="see what is loaded: select iri from donto.document"
+                           ) from exc
+    finally:
+        conn.commit()
+
+
 @app.command("project-extraction")
 def project_extraction(
     revision: RevisionOpt = None,
@@ -433,6 +446,7 @@ def project_extraction(
     from donto_pg import extract
 
     with connect(dsn) as conn:
+        _revisions(conn, revision, conversation)
         results = extract.project_extraction(
             conn, revision_ids=revision, conversations=conversation, params=_params(params),
             on_result=lambda r: progress(f"project-extraction: revision {r.revision_id} "
@@ -478,7 +492,8 @@ def extract(
         raise fail("--provider takes only 'baseline'; put real providers in --provider-config")
     pool = providers(provider_config)
     url = dbmod.resolve_dsn(dsn)
-    connect(url).close()
+    with connect(url) as conn:
+        _revisions(conn, revision, conversation)
 
     def progress(p) -> None:
         if not as_json:
@@ -708,7 +723,8 @@ def _report(lines: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The `donto-pg` entry point: every error ends here as one or two lines on standard
-    error and a non-zero exit code (2 for a bad option), its traceback only with --debug
+    error and a non-zero exit code (2 when the command line does not parse), its
+    traceback only with --debug
     (anywhere on the command line) or DONTO_DEBUG=1."""
     global _DEBUG
     args = list(sys.argv[1:] if argv is None else argv)

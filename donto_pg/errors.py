@@ -31,7 +31,7 @@ class DontoError(Exception):
 
 
 class UsageError(DontoError):
-    """An option or argument has a value that cannot work (exit code 2)."""
+    """An option or argument has a value that cannot work."""
 
 
 class InputError(DontoError):
@@ -124,7 +124,7 @@ def explain(exc: BaseException) -> Explained | None:
     from donto_pg.cluster import ClusterError
 
     if isinstance(exc, DontoError):
-        return Explained(_lines(exc), 2 if isinstance(exc, UsageError) else 1)
+        return Explained(_lines(exc))
     if isinstance(exc, psycopg.Error):
         return Explained(_lines(from_database(exc)))
     if isinstance(exc, ClusterError):

@@ -78,11 +78,11 @@ def test_missing_schema(empty_db):
 def test_unknown_recall_arm(db):
     db.commit()
     r = run("recall", "where?", "--arms", "foo", "--dsn", dsn_of(db))
-    assert_short_error(r, "--arms foo", "vector, lexical, hybrid", code=2)
+    assert_short_error(r, "--arms foo", "vector, lexical, hybrid")
     # eval recall says so before it loads or embeds anything
     r = run("eval", "recall", str(EXAMPLES / "chats" / "100K" / "13"), "--arms",
             "lexical,foo", "--dsn", dsn_of(db))
-    assert_short_error(r, "'foo'", code=2)
+    assert_short_error(r, "'foo'")
     assert db.execute("select count(*) from donto.revision").fetchone()[0] == 0
 
 
@@ -92,6 +92,9 @@ def test_unknown_conversation(db):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [
         f"FAILED: {EXAMPLES}: conversation '100K/99' not found"]
+    for cmd in (["project-extraction"], ["extract", "--provider", "baseline"]):
+        r = run(*cmd, "-c", "100K/99", "--dsn", dsn_of(db))
+        assert_short_error(r, "no conversation beam:100K/99", "donto.document")
 
 
 def test_scale_that_matches_nothing(db):
@@ -127,7 +130,7 @@ def test_bad_option_values(db):
     r = run("recall", "--k", "x", "where?")
     assert_short_error(r, "--k", "donto-pg recall --help", code=2)
     r = run("ab", "--arm", "foo", "--dsn", dsn_of(db))
-    assert_short_error(r, "--arm foo", "NAME=STRATEGY:PARAMS", code=2)
+    assert_short_error(r, "--arm foo", "NAME=STRATEGY:PARAMS")
     r = run("nosuch")
     assert_short_error(r, "No such command", code=2)
 
