@@ -152,3 +152,29 @@ def test_wheel_install_runs_the_demo(wheel_venv, empty_db, tmp_path):
     r = _run(str(venv / "bin" / "donto-pg"), "demo", str(conv), "--dsn", empty_db, cwd=tmp_path)
     assert "(the same: idempotent)" in r.stdout
     assert "returns the same bytes: yes" in r.stdout
+
+
+def test_an_editable_install_reads_the_checkout(tmp_path):
+    """pip install -e: nothing is copied; the checkout's own sql/ etc. are used."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in SOURCES:
+        p = ROOT / name
+        if p.is_dir():
+            shutil.copytree(p, src / name, ignore=shutil.ignore_patterns(
+                "__pycache__", "*.egg-info", "_data"))
+        else:
+            shutil.copy2(p, src / name)
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp_path)
+    _run(sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+         "--no-deps", "--no-build-isolation", "--no-index", "-q", "-e", str(src), cwd=tmp_path)
+    (venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+     / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    r = _run(str(venv / "bin" / "python"), "-c",
+             "import donto_pg.migrate as m, donto_pg.demo as d; "
+             "print(m.SQL_DIR, m.MIGRATIONS_DIR, m.EXTENSION_DIR, d.EXAMPLE.is_dir())",
+             cwd=tmp_path)
+    assert r.stdout.split() == [str(src / "sql"), str(src / "migrations"),
+                                str(src / "extension"), "True"]
+    assert not (src / "donto_pg" / "_data").exists()
