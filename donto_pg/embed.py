@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from donto_pg import embedder
+from donto_pg.core import encoder
 from donto_pg.db import register_vector_if_present
 from donto_pg.errors import InputError
 
@@ -48,15 +48,15 @@ class EmbedReport:
 
 
 def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, int, int]:
-    name, source = embedder.resolve(model)
+    name, source = encoder.resolve(model)
     try:
-        dim = embedder.dimension(model)
+        dim = encoder.dimension(model)
     except (OSError, ValueError) as exc:
         raise InputError(
             f"cannot load the embedding model {model!r}",
             "it is not a local sentence-transformers directory, and models are not downloaded "
             "(offline: HF_HUB_OFFLINE=1)",
-            fix=f"give a local model directory, or leave --model out for {embedder.DEFAULT_MODEL} "
+            fix=f"give a local model directory, or leave --model out for {encoder.DEFAULT_MODEL} "
                 "(shipped)") from exc
     mid = conn.execute("select donto.ensure_embedding_model(%s, %s, %s)",
                        (name, source, dim)).fetchone()[0]
@@ -74,7 +74,7 @@ def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: 
     if ingest not in ("ingest_embeddings", "ingest_measure_embeddings"):
         raise ValueError(f"unknown ingest function {ingest!r}")
     rows = sorted(rows, key=lambda r: len(r[1]))
-    vecs = embedder.encode([r[1] for r in rows], model, batch_size=batch)
+    vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
     register_vector_if_present(conn)  # binary COPY needs the vector type's loaders
     with conn.transaction():
         conn.execute("create temp table if not exists _donto_embedding_stage "

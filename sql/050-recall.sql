@@ -11,11 +11,11 @@ stable
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].recall_windows(plpy, p_revision_id, p_window)
+return GD['donto_pg'].recall.recall_windows(plpy, p_revision_id, p_window)
 $py$;
 
 comment on function donto._recall_windows(bigint, integer) is
-'The line-respecting windows of a revision (donto_pg.windows), with the dates of their turns.';
+'The line-respecting windows of a revision (donto_pg.core.windows), with the dates of their turns.';
 
 create or replace function donto.recall_context_iri(p_document_iri text)
 returns text
@@ -283,7 +283,7 @@ volatile
 set search_path to pg_catalog, public, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].embed_query(query, model)
+return GD['donto_pg'].recall.embed_query(plpy, query, model)
 $py$;
 
 comment on function donto.embed_query(text, text) is

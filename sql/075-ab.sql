@@ -125,14 +125,13 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-from donto_pg import ab
-return ab.fixed_blocks_sql(plpy, rev_id, window_chars)
+return GD['donto_pg'].ab.fixed_blocks_sql(plpy, rev_id, window_chars)
 $py$;
 
 comment on function donto._ab_fixed_blocks(bigint, integer) is
 'Fixed line-respecting windows of a revision (the spans of projection A) as extraction '
 'units: message content parts as metadata, kind by code fences, no inert prefix; windows '
-'holding no message content are left out (donto_pg.ab.fixed_block_rows). Stable, invoker.';
+'holding no message content are left out (donto_pg.server.ab.fixed_block_rows). Stable, invoker.';
 
 create or replace function donto.ab_project_arm(p_arm text, p_revision_id bigint)
 returns integer
