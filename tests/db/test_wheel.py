@@ -167,10 +167,11 @@ def test_an_editable_install_reads_the_checkout(tmp_path):
             shutil.copy2(p, src / name)
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp_path)
-    _run(sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-         "--no-deps", "--no-build-isolation", "--no-index", "-q", "-e", str(src), cwd=tmp_path)
+    # setuptools for the in-place build (no isolation) comes from the test's environment
     (venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
      / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run(sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+         "--no-deps", "--no-build-isolation", "--no-index", "-q", "-e", str(src), cwd=tmp_path)
     r = _run(str(venv / "bin" / "python"), "-c",
              "import donto_pg.migrate as m, donto_pg.demo as d; "
              "print(m.SQL_DIR, m.MIGRATIONS_DIR, m.EXTENSION_DIR, d.EXAMPLE.is_dir())",
