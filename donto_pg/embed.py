@@ -1,4 +1,7 @@
-"""Embed recall chunks that have no vector yet for a model (resumable).
+"""Embed recall chunks that have no vector yet for a model (resumable): the client that
+stores vectors in the database (``donto-pg embed``). The vectors themselves come from
+:mod:`donto_pg.core.encoder`, the in-process sentence-transformers model that the
+server's ``donto.embed_query`` uses too.
 
 Pages of pending chunks are embedded in length-sorted batches (less padding)
 and written by binary COPY into a staging table, then moved into

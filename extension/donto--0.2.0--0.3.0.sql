@@ -2,6 +2,57 @@
 
 \echo Use "ALTER EXTENSION donto UPDATE" to load this file. \quit
 
+-- migrations/013-row-types.sql
+-- 013: row shapes that several functions return get a name of their own, so that
+-- they are declared once: donto.recall_hit (donto.recall, donto.recall_by_vector)
+-- and donto.extraction_block_row (donto._extraction_blocks, donto._ab_fixed_blocks).
+-- A function's return type cannot change in place, so the four functions returning
+-- the old anonymous tables are dropped here; sql/ creates them again over the types.
+
+create type donto.recall_hit as (
+    statement_id bigint,
+    revision_id bigint,
+    char_start integer,
+    char_end integer,
+    chunk_text text,
+    valid_time daterange,
+    score double precision,
+    vector_rank integer,
+    lexical_rank integer
+);
+
+comment on type donto.recall_hit is
+'A recall result: the chunk statement, its revision and char span [char_start, char_end), '
+'its text and valid time, the fused score and each arm''s rank (null: not ranked by it).';
+
+create type donto.extraction_block_row as (
+    seq integer,
+    kind text,
+    char_start integer,
+    char_end integer,
+    turns jsonb,
+    prefix_start integer,
+    prefix_end integer,
+    prefix_turn_seq integer,
+    split boolean,
+    min_date date,
+    max_date date
+);
+
+comment on type donto.extraction_block_row is
+'An extraction block as cut from a revision, before it is stored in donto.extraction_block: '
+'order, kind, char span, message parts (turns), inert prefix span and turn, split, dates.';
+
+drop function if exists donto.recall(text, integer, text, timestamptz, text, text, integer);
+drop function if exists donto.recall_by_vector(
+    vector, text, integer, text, timestamptz, text, text, integer
+);
+drop function if exists donto._extraction_blocks(bigint, jsonb);
+drop function if exists donto._ab_fixed_blocks(bigint, integer);
+
+
+insert into donto.migration (name, sha256) values ('013-row-types.sql', 'd5d620dd9262906b8c0b998dd5fc44047eacc8857e8fdb074b7b358845ea3326');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included. Every table of schema
@@ -917,11 +968,7 @@ create or replace function donto.recall_by_vector(
     arms text default 'hybrid',
     pool integer default null
 )
-returns table (
-    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
-    chunk_text text, valid_time daterange, score double precision,
-    vector_rank integer, lexical_rank integer
-)
+returns setof donto.recall_hit
 language plpgsql
 volatile
 set search_path to pg_catalog, public, pg_temp
@@ -971,6 +1018,7 @@ declare
     v_kept_rev bigint[] := '{}';
     v_span int8range;
     v_clash boolean;
+    v_hit donto.recall_hit;
     r record;
 begin
     if k is null or k < 1 then
@@ -1157,16 +1205,9 @@ begin
         continue when v_clash;
         v_kept := v_kept || v_span;
         v_kept_rev := v_kept_rev || r.derived_from_revision;
-        statement_id := r.statement_id;
-        revision_id := r.derived_from_revision;
-        char_start := r.char_start;
-        char_end := r.char_end;
-        chunk_text := r.chunk_text;
-        valid_time := r.valid_time;
-        score := r.score;
-        vector_rank := r.vr;
-        lexical_rank := r.lr;
-        return next;
+        v_hit := row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
+                     r.chunk_text, r.valid_time, r.score, r.vr, r.lr);
+        return next v_hit;
         v_rows := v_rows + 1;
         exit when v_rows >= k;
     end loop;
@@ -1189,11 +1230,7 @@ create or replace function donto.recall(
     arms text default 'hybrid',
     pool integer default null
 )
-returns table (
-    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
-    chunk_text text, valid_time daterange, score double precision,
-    vector_rank integer, lexical_rank integer
-)
+returns setof donto.recall_hit
 language plpgsql
 volatile
 set search_path to pg_catalog, public, pg_temp
@@ -1558,11 +1595,7 @@ comment on function donto._extraction_params(jsonb) is
 'name the same projection B.';
 
 create or replace function donto._extraction_blocks(rev_id bigint, params jsonb)
-returns table (
-    seq integer, kind text, char_start integer, char_end integer, turns jsonb,
-    prefix_start integer, prefix_end integer, prefix_turn_seq integer, split boolean,
-    min_date date, max_date date
-)
+returns setof donto.extraction_block_row
 language plpython3u
 stable
 security invoker
@@ -2449,8 +2482,8 @@ comment on view donto.claim_provenance is
 
 
 -- sql/075-ab.sql
--- The A/B gate of chunking strategies (donto-pg ab, donto_pg/ab.py) and the
--- session-summary recall arm (donto_pg/summaries.py).
+-- The A/B gate of chunking strategies (donto-pg ab: donto_pg/ab.py on the client,
+-- donto_pg/server/ab.py in PL/Python). Session summaries are sql/076-summaries.sql.
 --
 -- An arm re-chunks ONLY a holdout into contexts of its own, ctx:measure/<arm>/<doc>:
 -- its units are extraction blocks of a projection whose strategy starts with 'ab/'
@@ -2474,22 +2507,6 @@ $$;
 comment on function donto.measure_context_iri(text, text) is
 'The context of an A/B arm''s units for a document: (semantic, beam:100K/1) -> '
 'ctx:measure/semantic/beam/100K/1. Immutable, security invoker.';
-
-create or replace function donto.summary_context_iri(p_document_iri text)
-returns text
-language sql
-immutable
-security invoker
-parallel safe
-set search_path to pg_catalog, pg_temp
-as $$
-/* ctx:memory/summary/<scheme>/<rest> for a document IRI <scheme>:<rest>. */
-    select 'ctx:memory/summary/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
-$$;
-
-comment on function donto.summary_context_iri(text) is
-'The session-summary context of a document: beam:100K/1 -> ctx:memory/summary/beam/100K/1. '
-'Immutable, security invoker.';
 
 -- -- arms and their units -------------------------------------------------------------
 
@@ -2565,11 +2582,7 @@ comment on function donto.ab_register_arm(text, text, jsonb, text) is
 'is bound to one strategy and parameters. Volatile, security definer.';
 
 create or replace function donto._ab_fixed_blocks(rev_id bigint, window_chars integer)
-returns table (
-    seq integer, kind text, char_start integer, char_end integer, turns jsonb,
-    prefix_start integer, prefix_end integer, prefix_turn_seq integer, split boolean,
-    min_date date, max_date date
-)
+returns setof donto.extraction_block_row
 language plpython3u
 stable
 security invoker
@@ -3292,7 +3305,27 @@ comment on view donto.ab_report is
 'The latest result of every A/B arm on every gate, with metrics 1-4, recall hit@k against '
 'the fixed-1,200 baseline and the verdict at the default thresholds (for the dashboard).';
 
--- -- session summaries --------------------------------------------------------------------
+
+-- sql/076-summaries.sql
+-- Session summaries: one summary per session of a revision (donto-pg summarize,
+-- donto_pg/summaries.py), recorded in ctx:memory/summary/<doc> and embedded as a
+-- coarse recall key; donto.recall never returns them, donto.recall_summaries does.
+
+create or replace function donto.summary_context_iri(p_document_iri text)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* ctx:memory/summary/<scheme>/<rest> for a document IRI <scheme>:<rest>. */
+    select 'ctx:memory/summary/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
+$$;
+
+comment on function donto.summary_context_iri(text) is
+'The session-summary context of a document: beam:100K/1 -> ctx:memory/summary/beam/100K/1. '
+'Immutable, security invoker.';
 
 create or replace view donto.session_span as
 select

@@ -502,11 +502,7 @@ create or replace function donto.recall_by_vector(
     arms text default 'hybrid',
     pool integer default null
 )
-returns table (
-    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
-    chunk_text text, valid_time daterange, score double precision,
-    vector_rank integer, lexical_rank integer
-)
+returns setof donto.recall_hit
 language plpgsql
 volatile
 set search_path to pg_catalog, public, pg_temp
@@ -556,6 +552,7 @@ declare
     v_kept_rev bigint[] := '{}';
     v_span int8range;
     v_clash boolean;
+    v_hit donto.recall_hit;
     r record;
 begin
     if k is null or k < 1 then
@@ -742,16 +739,9 @@ begin
         continue when v_clash;
         v_kept := v_kept || v_span;
         v_kept_rev := v_kept_rev || r.derived_from_revision;
-        statement_id := r.statement_id;
-        revision_id := r.derived_from_revision;
-        char_start := r.char_start;
-        char_end := r.char_end;
-        chunk_text := r.chunk_text;
-        valid_time := r.valid_time;
-        score := r.score;
-        vector_rank := r.vr;
-        lexical_rank := r.lr;
-        return next;
+        v_hit := row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
+                     r.chunk_text, r.valid_time, r.score, r.vr, r.lr);
+        return next v_hit;
         v_rows := v_rows + 1;
         exit when v_rows >= k;
     end loop;
@@ -774,11 +764,7 @@ create or replace function donto.recall(
     arms text default 'hybrid',
     pool integer default null
 )
-returns table (
-    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
-    chunk_text text, valid_time daterange, score double precision,
-    vector_rank integer, lexical_rank integer
-)
+returns setof donto.recall_hit
 language plpgsql
 volatile
 set search_path to pg_catalog, public, pg_temp

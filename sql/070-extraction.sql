@@ -219,11 +219,7 @@ comment on function donto._extraction_params(jsonb) is
 'name the same projection B.';
 
 create or replace function donto._extraction_blocks(rev_id bigint, params jsonb)
-returns table (
-    seq integer, kind text, char_start integer, char_end integer, turns jsonb,
-    prefix_start integer, prefix_end integer, prefix_turn_seq integer, split boolean,
-    min_date date, max_date date
-)
+returns setof donto.extraction_block_row
 language plpython3u
 stable
 security invoker

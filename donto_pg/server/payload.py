@@ -20,8 +20,8 @@ from donto_pg.core.tokens import render_json
 # one is the default); it is asked only when some model matches, since it raises otherwise.
 _MODEL_SQL = (
     "select m.name, m.source from donto.embedding_model as m "
-    "where m.model_id = donto.embedding_model_id($1) and exists ("
-    "select 1 from donto.embedding_model as e where $1::text is null or e.name = $1)"
+    "where m.model_id = case when exists (select 1 from donto.embedding_model as e "
+    "where $1::text is null or e.name = $1) then donto.embedding_model_id($1) end"
 )
 _RECALL_SQL = (
     "select r.statement_id, r.revision_id, r.char_start, r.char_end, r.chunk_text, r.score, "
@@ -29,7 +29,6 @@ _RECALL_SQL = (
     "pg_catalog.to_char(pg_catalog.upper(r.valid_time) - 1, 'YYYY-MM-DD') as valid_to "
     "from donto.recall(query => $1, k => $2, context => $3, as_of => $4, model => $5) as r"
 )
-
 
 
 def recall_payload_sql(plpy: Any, query: str, max_tokens: int, k: int,
