@@ -1,32 +1,38 @@
 """donto-pg: the command line. Every command is a short call into the database API.
 
 With no --dsn and no DONTO_DSN, commands use the embedded cluster under
-DONTO_HOME, started on demand (see `donto-pg db --help`).
+DONTO_HOME, started on demand (see `donto-pg db --help`). Errors are one or two
+lines (what failed and why, then what to do); --debug shows the traceback.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated
 
 import typer
 
 from donto_pg import db as dbmod
+from donto_pg import errors
 from donto_pg import migrate as mig
-from donto_pg.cluster import Cluster, ClusterError
+from donto_pg.cluster import Cluster
+from donto_pg.errors import DontoError, InputError, NothingFound, UsageError
 from donto_pg.extract import ALARM_MAX_INJECTION, ALARM_MIN_ANCHOR
 
+# Plain (click) help: flags are shown as flags (`--json`), not as `--json <bool>`.
 app = typer.Typer(
     help=__doc__,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 db_app = typer.Typer(help="Manage the embedded PostgreSQL cluster (ignored with --dsn/DONTO_DSN).",
-                     no_args_is_help=True)
+                     no_args_is_help=True, rich_markup_mode=None)
 ext_app = typer.Typer(help="Build and install the donto PostgreSQL extension (CREATE EXTENSION).",
-                      no_args_is_help=True)
+                      no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 app.add_typer(ext_app, name="extension")
 
@@ -48,9 +54,77 @@ def out(data: object, as_json: bool, text: str | None = None) -> None:
         typer.echo(str(data))
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    return typer.Exit(code)
+def fail(what: str, why: str | None = None, *, fix: str | None = None) -> UsageError:
+    """A bad option or argument; ``raise fail(...)``."""
+    return UsageError(what, why, fix=fix)
+
+
+def progress_enabled() -> bool:
+    """Progress of long work goes to standard error (never into --json's standard
+    output), when that is a terminal or DONTO_PROGRESS=1 asks for it."""
+    forced = os.environ.get("DONTO_PROGRESS")
+    if forced is not None:
+        return forced not in ("", "0")
+    return sys.stderr.isatty()
+
+
+def progress(text: str) -> None:
+    """One progress line on standard error (see :func:`progress_enabled`)."""
+    if progress_enabled():
+        typer.echo(text, err=True)
+
+
+def connect(dsn: str | None, *, vector: bool = True):
+    """A connection to a database that has the donto schema (else a SchemaMissing error
+    that says to run `donto-pg migrate`)."""
+    conn = dbmod.connect(dsn, vector=vector)
+    try:
+        dbmod.require_schema(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def providers(path: str | None):
+    """The provider pool of a TOML file (None: the offline fallback), or an InputError."""
+    if path is None:
+        return None
+    from donto_pg.llm import ProviderPool
+
+    try:
+        return ProviderPool.from_config(path)
+    except FileNotFoundError as exc:
+        raise InputError(f"provider config {path}: no such file",
+                         fix="give a TOML file of [[provider]] tables (README: Extraction), "
+                             "or leave the option out for the offline extractor") from exc
+    except (ValueError, OSError) as exc:
+        raise InputError(f"provider config {path}", str(exc),
+                         fix="see the providers.toml example in the README") from exc
+
+
+def recall_arms(value: str) -> list[str]:
+    """Comma-separated recall arms, checked before any work starts."""
+    from donto_pg.evaluate import ARMS
+
+    arms = [a.strip() for a in value.split(",") if a.strip()]
+    bad = [a for a in arms if a not in ARMS]
+    if bad or not arms:
+        raise fail(f"--arms {value}: unknown recall arm {', '.join(map(repr, bad)) or '(none)'}",
+                   fix=f"use {', '.join(ARMS)} (comma-separated where several are allowed)")
+    return arms
+
+
+_DEBUG = False
+
+
+@app.callback()
+def _options(
+    debug: Annotated[bool, typer.Option(
+        "--debug", envvar="DONTO_DEBUG", help="Show the full traceback of an error.")] = False,
+) -> None:
+    global _DEBUG
+    _DEBUG = _DEBUG or debug
 
 
 # -- db ---------------------------------------------------------------------------
@@ -108,7 +182,7 @@ def migrate(
             for s in mig.plan(conn):
                 typer.echo(f"-- {s.name}\n{s.text}")
             return
-        applied = mig.migrate(conn)
+        applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"))
     out({"applied": applied}, as_json,
         f"applied {', '.join(applied)}" if applied else "up to date (nothing to apply)")
 
@@ -180,8 +254,13 @@ def load_beam(
     """
     from donto_pg import loader
 
+    loaded = 0
+
     def show(r: loader.LoadResult) -> None:
+        nonlocal loaded
+        loaded += 1
         if as_json:
+            progress(f"load: {loaded} done ({r.conversation}{'' if r.ok else ', FAILED'})")
             return
         if r.ok:
             state = ("appended: a longer version of the loaded one" if r.appended
@@ -189,19 +268,28 @@ def load_beam(
             typer.echo(f"{r.conversation}: revision {r.revision_id} ({state}), {r.chars:,} chars, "
                        f"{r.turns} turns, {r.chunks} chunks, {r.questions} questions")
         else:
-            typer.secho(f"{r.conversation}: FAILED: {r.error}", fg=typer.colors.RED, err=True)
+            who = "" if r.conversation == "?" else f"{r.conversation}: "
+            typer.secho(f"{who}FAILED: {r.error}", fg=typer.colors.RED, err=True)
         for w in r.warnings:
             typer.echo(f"  warning: {w}", err=True)
         for s in r.skipped:
             typer.echo(f"  skipped: {s}", err=True)
 
-    with dbmod.connect(dsn) as conn:
+    with connect(dsn) as conn:
         try:
             results = loader.load_beam(conn, path, scale=scale, conversations=conversation,
                                        on_result=show, jobs=jobs,
                                        connect=lambda: dbmod.connect(dsn, vector=False))
         except (FileNotFoundError, ValueError) as exc:
-            raise fail(str(exc)) from exc
+            raise InputError(str(exc), fix="give a BEAM root, chats/ dir, scale or "
+                             "conversation dir, chat.json, or a .jsonl/.parquet rows file"
+                             ) from exc
+        if not results:
+            raise NothingFound(f"nothing to load at {path}",
+                               "no conversation there matches" + (f" --scale {scale}" if scale
+                                                                   else " the filters"),
+                               fix="check --scale (100K, 500K, 1M, 10M) and -c against the "
+                                   "directory's chats/<scale>/<id>/ layout")
         report = None
         if not no_embed and any(r.ok for r in results):
             report = _embed(conn, model, context=None, progress=not as_json)
@@ -214,6 +302,49 @@ def load_beam(
         f"{summary['chunks']} chunks, {summary['embedded']} vectors added")
     if failed:
         raise typer.Exit(1)
+
+
+@app.command()
+def add(
+    file: Annotated[str, typer.Argument(
+        help="A chat log (.json: a list of {role, content, timestamp?, session?} messages or "
+             "an object with 'messages'; .jsonl: one message per line) or a plain text file.")],
+    document: Annotated[str | None, typer.Option(
+        "--document", "-d", help="Document IRI [default: file:<file name>].")] = None,
+    text: Annotated[bool, typer.Option(
+        "--text", help="Read FILE as plain text even if it ends in .json or .jsonl.")] = False,
+    no_embed: Annotated[bool, typer.Option("--no-embed", help="Leave embedding to `embed`.")
+                        ] = False,
+    model: Annotated[str | None, typer.Option(help="Embedding model (name or path).")] = None,
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a chat log or a text file (donto_pg.add_conversation / add_text): revision,
+    turns, recall chunks, extraction blocks (chat logs only) and vectors. Idempotent."""
+    from pathlib import Path
+
+    from donto_pg import api
+
+    path = Path(file)
+    if not path.is_file():
+        raise InputError(f"{file}: no such file")
+    iri = document or f"file:{path.name}"
+    chat = not text and path.suffix.lower() in (".json", ".jsonl")
+    with connect(dsn) as conn:
+        if chat:
+            messages = api.read_chat_file(path)
+            rev = api.add_conversation(conn, messages, iri, embed=not no_embed, model=model)
+        else:
+            try:
+                body = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{file}: not UTF-8 text", str(exc)) from exc
+            rev = api.add_text(conn, body, iri, embed=not no_embed, model=model)
+    data = {"document": iri, "revision_id": rev, "kind": "conversation" if chat else "text"}
+    if chat:
+        data["messages"] = len(messages)
+    out(data, as_json, f"added {iri}: revision {rev} ("
+        + (f"{len(messages)} messages" if chat else "text, recall only") + ")")
 
 
 def _model_name(model: str) -> str:
@@ -245,7 +376,7 @@ def embed(
     as_json: JsonOpt = False,
 ) -> None:
     """Embed every recall chunk that has no vector for the model (resumable; kill-safe)."""
-    with dbmod.connect(dsn) as conn:
+    with connect(dsn) as conn:
         r = _embed(conn, model, context=context, progress=not as_json, batch=batch, page=page)
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
             "embedded": r.embedded, "already": r.already, "seconds": round(r.seconds, 2),
@@ -268,7 +399,9 @@ def recall(
     """Recall chunks for a query with donto.recall (the same call works in psql)."""
     from donto_pg import loader
 
-    with dbmod.connect(dsn) as conn:
+    if len(recall_arms(arms)) != 1:
+        raise fail(f"--arms {arms}: recall takes one arm", fix="use vector, lexical or hybrid")
+    with connect(dsn) as conn:
         if conversation:
             context = loader.recall_context(conn, conversation)
         rows = conn.execute(
@@ -311,6 +444,19 @@ def _params(params: str | None) -> dict | None:
     return value
 
 
+def _revisions(conn, revision: list[int] | None, conversation: list[str] | None) -> list[int]:
+    """The revisions -r/-c select (extract.resolve_revisions), or a NothingFound error."""
+    from donto_pg import extract
+
+    try:
+        return extract.resolve_revisions(conn, revision, conversation)
+    except ValueError as exc:
+        raise NothingFound(str(exc), fix="see what is loaded: select iri from donto.document"
+                           ) from exc
+    finally:
+        conn.commit()
+
+
 @app.command("project-extraction")
 def project_extraction(
     revision: RevisionOpt = None,
@@ -322,9 +468,12 @@ def project_extraction(
     """Cut extraction blocks (projection B) with donto.project_extraction (idempotent)."""
     from donto_pg import extract
 
-    with dbmod.connect(dsn) as conn:
-        results = extract.project_extraction(conn, revision_ids=revision,
-                                             conversations=conversation, params=_params(params))
+    with connect(dsn) as conn:
+        _revisions(conn, revision, conversation)
+        results = extract.project_extraction(
+            conn, revision_ids=revision, conversations=conversation, params=_params(params),
+            on_result=lambda r: progress(f"project-extraction: revision {r.revision_id} "
+                                         f"({r.document}): {r.blocks} blocks"))
     data = [r.as_dict() for r in results]
     out(data, as_json, "\n".join(
         f"{d['document']}: revision {d['revision_id']}, {d['blocks']} blocks {d['by_kind']}"
@@ -359,14 +508,15 @@ def extract(
     as_json: JsonOpt = False,
 ) -> None:
     from donto_pg import extract as ex
-    from donto_pg.llm import ProviderPool
 
     if provider_config and provider:
         raise fail("give --provider-config or --provider, not both")
     if provider not in (None, "baseline"):
         raise fail("--provider takes only 'baseline'; put real providers in --provider-config")
-    pool = ProviderPool.from_config(provider_config) if provider_config else None
+    pool = providers(provider_config)
     url = dbmod.resolve_dsn(dsn)
+    with connect(url) as conn:
+        _revisions(conn, revision, conversation)
 
     def progress(p) -> None:
         if not as_json:
@@ -417,18 +567,19 @@ def eval_recall(
     """
     from donto_pg import evaluate, loader
 
-    with dbmod.connect(dsn) as conn:
+    arm_list = recall_arms(arms)
+    with connect(dsn) as conn:
         try:
             loaded = loader.load_beam(conn, path, scale=scale, conversations=conversation)
         except (FileNotFoundError, ValueError) as exc:
-            raise fail(str(exc)) from exc
+            raise InputError(str(exc)) from exc
         for r in loaded:
             if not r.ok:
                 typer.secho(f"{r.conversation}: FAILED: {r.error}", fg=typer.colors.RED, err=True)
         convs = [r.conversation for r in loaded if r.ok]
         if not convs:
-            raise fail(f"no conversation could be loaded from {path}")
-        arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+            raise NothingFound(f"no conversation could be loaded from {path}",
+                               fix="check the path, --scale and -c (see the lines above)")
         if set(arm_list) - {"lexical"} or summaries:
             _embed(conn, model, context=None, progress=not as_json)
         report = evaluate.eval_recall(conn, ks=k or (1, 5, 10), arms=arm_list,
@@ -446,7 +597,7 @@ def eval_recall(
         try:
             plots.plot_recall(report, plot)
         except RuntimeError as exc:
-            raise fail(str(exc)) from exc
+            raise DontoError("cannot write the plot", str(exc)) from exc
     if as_json:
         out(report, True)
         return
@@ -500,9 +651,16 @@ def ab(
     per arm (commit / re-prompt / re-chunk / reject) is computed in SQL by donto.ab_verdict.
     """
     from donto_pg import ab as abmod
-    from donto_pg.llm import ProviderPool
 
+    for spec in arm or ():
+        try:
+            abmod.parse_arm(spec)
+        except ValueError as exc:
+            raise fail(f"--arm {spec}", str(exc)) from exc
+    recall_arms(recall_arm)
+    pool = providers(provider_config)
     url = dbmod.resolve_dsn(dsn)
+    connect(url).close()
 
     def event(e: dict) -> None:
         if not as_json:
@@ -511,7 +669,7 @@ def ab(
     report = abmod.run_ab(
         lambda: dbmod.connect(url), holdout=holdout, holdout_size=holdout_size,
         arms=arm or abmod.DEFAULT_ARMS,
-        providers=ProviderPool.from_config(provider_config) if provider_config else None,
+        providers=pool,
         k=k, model=model, recall_arm=recall_arm, concurrency=concurrency,
         alarm_after=alarm_after, reject_injection=reject_injection, reject_anchor=reject_anchor,
         max_injection=max_injection, min_anchor=min_anchor, min_hypothesis=min_hypothesis,
@@ -533,12 +691,12 @@ def summarize(
     """One summary per session (abstractive with a provider, else extractive and labelled so),
     embedded as a coarse recall key (donto.recall_summaries; never mixed into donto.recall)."""
     from donto_pg import summaries
-    from donto_pg.llm import ProviderPool
 
-    with dbmod.connect(dsn) as conn:
+    pool = providers(provider_config)
+    with connect(dsn) as conn:
         report = summaries.summarize_sessions(
             conn, revision_ids=revision, conversations=conversation,
-            providers=ProviderPool.from_config(provider_config) if provider_config else None,
+            providers=pool,
             model=model, max_chars=max_chars, embed=not no_embed)
     out(report, as_json)
 
@@ -582,9 +740,43 @@ def demo(
                     provider_config)
 
 
-def main() -> None:  # pragma: no cover
+def _report(lines: list[str]) -> None:
+    typer.secho(lines[0], fg=typer.colors.RED, err=True)
+    for line in lines[1:]:
+        typer.echo(line, err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `donto-pg` entry point: every error ends here as one or two lines on standard
+    error and a non-zero exit code (2 when the command line does not parse), its
+    traceback only with --debug
+    (anywhere on the command line) or DONTO_DEBUG=1."""
+    global _DEBUG
+    args = list(sys.argv[1:] if argv is None else argv)
+    cut = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:cut]:
+        args.remove("--debug")
+        _DEBUG = True
+    _DEBUG = _DEBUG or os.environ.get("DONTO_DEBUG", "") not in ("", "0")
     try:
-        app()
-    except (ClusterError, mig.MigrationError) as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        sys.exit(1)
+        code = app(args=args, prog_name="donto-pg", standalone_mode=False)
+    except typer.TyperException as exc:  # click's usage errors: a bad option or argument
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `donto-pg` or group: the help
+            typer.echo(exc.format_message())
+            sys.exit(2)
+        ctx = getattr(exc, "ctx", None)
+        where = f"donto-pg {ctx.command_path.split(' ', 1)[1]}" if ctx and " " in ctx.command_path \
+            else "donto-pg"
+        _report([f"error: {' '.join(exc.format_message().split())}",
+                 f"  fix: see `{where} --help`"])
+        sys.exit(getattr(exc, "exit_code", 2) or 2)
+    except typer.Abort:
+        _report(["interrupted"])
+        sys.exit(130)
+    except (Exception, KeyboardInterrupt) as exc:
+        if _DEBUG:
+            raise
+        told = errors.explain(exc) or errors.explain_bug(exc)
+        _report(told.lines)
+        sys.exit(told.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

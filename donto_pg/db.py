@@ -38,3 +38,14 @@ def register_vector_if_present(conn: psycopg.Connection) -> bool:
         return False
     register_vector(conn)
     return True
+
+
+def require_schema(conn: psycopg.Connection) -> None:
+    """Raise :class:`~donto_pg.errors.SchemaMissing` unless the donto schema is installed."""
+    from donto_pg.errors import SchemaMissing
+
+    row = conn.execute("select to_regclass('donto.migration') is not null").fetchone()
+    if not conn.autocommit:
+        conn.commit()
+    if not row[0]:
+        raise SchemaMissing(f"{conn.info.dbname} has no donto.migration table")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psycopg
 
-from donto_pg import beam, loader
+from donto_pg import beam, loader, resources
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "beam" / "chats" / "100K" / "13"
+EXAMPLE = resources.data_dir("examples") / "beam" / "chats" / "100K" / "13"
 QUESTION_ABILITIES = ("information_extraction", "knowledge_update", "temporal_reasoning")
 
 Echo = Callable[[str], None]

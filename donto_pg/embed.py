@@ -21,6 +21,7 @@ import psycopg
 
 from donto_pg.core import encoder
 from donto_pg.db import register_vector_if_present
+from donto_pg.errors import InputError
 
 PENDING = """
 select m.statement_id, s.object_lit ->> 'v'
@@ -53,7 +54,15 @@ class EmbedReport:
 
 def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, int, int]:
     name, source = encoder.resolve(model)
-    dim = encoder.dimension(model)
+    try:
+        dim = encoder.dimension(model)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"cannot load the embedding model {model!r}",
+            "it is not a local sentence-transformers directory, and models are not downloaded "
+            "(offline: HF_HUB_OFFLINE=1)",
+            fix=f"give a local model directory, or leave --model out for {encoder.DEFAULT_MODEL} "
+                "(shipped)") from exc
     mid = conn.execute("select donto.ensure_embedding_model(%s, %s, %s)",
                        (name, source, dim)).fetchone()[0]
     conn.commit()

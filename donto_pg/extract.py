@@ -151,11 +151,13 @@ def project_extraction(
     revision_ids: Iterable[int] | None = None,
     conversations: Iterable[str] | None = None,
     params: Mapping[str, Any] | None = None,
+    on_result: Callable[[ProjectionResult], None] | None = None,
 ) -> list[ProjectionResult]:
     """Run ``donto.project_extraction`` on each selected revision (one transaction each).
 
     Selection as in :func:`resolve_revisions`; ``params`` are segmenter parameters
-    (``cap``, ``target``, ``keep_exchange``, ``min_prose``). Idempotent.
+    (``cap``, ``target``, ``keep_exchange``, ``min_prose``); ``on_result`` hears of each
+    revision as it is done (progress). Idempotent.
     """
     p = json.dumps(dict(params or {}))
     results = []
@@ -175,6 +177,8 @@ def project_extraction(
                 "    and p.params = donto._extraction_params(%s) group by b.kind) as k on true "
                 "where r.revision_id = %s group by d.iri, r.body_chars", (p, rev)).fetchone()
         results.append(ProjectionResult(rev, row[0], n, dict(row[1]), row[2], row[3]))
+        if on_result:
+            on_result(results[-1])
     return results
 
 

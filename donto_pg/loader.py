@@ -111,6 +111,51 @@ def append_turns(conn: psycopg.Connection, iri: str, messages: list[dict[str, ob
                          json.dumps(meta or {}))).fetchone()[0]
 
 
+@dataclass
+class Recorded:
+    """What :func:`record_conversation` stored (or found already stored)."""
+
+    revision_id: int
+    new_revision: bool
+    chars: int
+    turns: int
+    questions: int
+    chunks: int
+    appended: bool = False
+
+
+def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: str,
+                        meta: dict[str, object], *, window_chars: int = 1200,
+                        lexical: bool = True) -> Recorded:
+    """Store one conversation in one transaction: its canonical text
+    (``beam.format_chat``) as a revision of document IRI, its turn table, its probing
+    questions and projection A. Idempotent; raises on bad input (nothing is left behind)."""
+    if not conv.messages:
+        raise ValueError(f"{conv.source or iri}: the conversation has no messages")
+    body, spans = beam.format_chat(conv)
+    check_body(body, conv.source or iri)
+    with conn.transaction():
+        existed = conn.execute(
+            "select 1 from donto.revision where sha256 = sha256(convert_to(%s, 'UTF8'))",
+            (body,)).fetchone()
+        appended = existed is None and extends_latest(conn, iri, body)
+        if appended:
+            # A longer version of a known conversation: append (incremental projections).
+            rev = extend_revision(conn, iri, body, turn_rows(spans), json.dumps(meta))
+        else:
+            rev = conn.execute("select donto.register_revision(%s, %s, %s::jsonb)",
+                               (iri, body, json.dumps(meta))).fetchone()[0]
+        turns = conn.execute("select donto.record_turns(%s::bigint, %s::jsonb)",
+                             (rev, json.dumps(turn_rows(spans)))).fetchone()[0]
+        questions = conn.execute(
+            "select donto.record_questions(%s::bigint, %s::jsonb)",
+            (rev, json.dumps(question_rows(conv.questions), ensure_ascii=False))).fetchone()[0]
+        chunks = conn.execute(
+            "select donto.project_recall(%s::bigint, %s::integer, lexical => %s::boolean)",
+            (rev, window_chars, lexical)).fetchone()[0]
+    return Recorded(rev, existed is None, len(body), turns, questions, chunks, appended)
+
+
 def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
                       window_chars: int = 1200, lexical: bool = True) -> LoadResult:
     """Load one conversation in one transaction (committed on success, rolled back on error).
@@ -120,32 +165,12 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
     res = LoadResult(conv.conversation_id, ok=False, warnings=list(conv.warnings))
     res.skipped = [f"{q.ability}[{q.index}]: {note}" for q in conv.questions for note in q.skipped]
     try:
-        if not conv.messages:
-            raise ValueError(f"{conv.source}: the conversation has no messages")
-        body, spans = beam.format_chat(conv)
-        check_body(body, conv.source)
-        iri = document_iri(conv)
-        meta = json.dumps({"source": "beam", "scale": conv.scale})
-        with conn.transaction():
-            existed = conn.execute(
-                "select 1 from donto.revision where sha256 = sha256(convert_to(%s, 'UTF8'))",
-                (body,)).fetchone()
-            if existed is None and extends_latest(conn, iri, body):
-                # A longer version of a known conversation: append (incremental projections).
-                rev = extend_revision(conn, iri, body, turn_rows(spans), meta)
-                res.appended = True
-            else:
-                rev = conn.execute("select donto.register_revision(%s, %s, %s)",
-                                   (iri, body, meta)).fetchone()[0]
-            res.turns = conn.execute("select donto.record_turns(%s, %s)",
-                                     (rev, json.dumps(turn_rows(spans)))).fetchone()[0]
-            res.questions = conn.execute(
-                "select donto.record_questions(%s, %s)",
-                (rev, json.dumps(question_rows(conv.questions), ensure_ascii=False))).fetchone()[0]
-            res.chunks = conn.execute(
-                "select donto.project_recall(%s, %s, lexical => %s)",
-                (rev, window_chars, lexical)).fetchone()[0]
-        res.revision_id, res.new_revision, res.chars = rev, existed is None, len(body)
+        rec = record_conversation(conn, conv, document_iri(conv),
+                                  {"source": "beam", "scale": conv.scale},
+                                  window_chars=window_chars, lexical=lexical)
+        res.revision_id, res.new_revision, res.chars = rec.revision_id, rec.new_revision, rec.chars
+        res.turns, res.questions, res.chunks = rec.turns, rec.questions, rec.chunks
+        res.appended = rec.appended
         res.ok = True
     except (psycopg.Error, ValueError, RecursionError) as exc:
         res.error = f"{conv.conversation_id}: {str(exc).strip()}"

@@ -22,22 +22,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
-ROOT = Path(__file__).resolve().parent.parent
-SQL_DIR = ROOT / "sql"
-MIGRATIONS_DIR = ROOT / "migrations"
-EXTENSION_DIR = ROOT / "extension"
+from donto_pg import resources
+from donto_pg.errors import DontoError
+
+ROOT = resources.PACKAGE_PARENT
+SQL_DIR = resources.data_dir("sql")
+MIGRATIONS_DIR = resources.data_dir("migrations")
+EXTENSION_DIR = resources.data_dir("extension")
 HEAD = "000-head.sql"
 _NAME = re.compile(r"^(\d{3})-[a-z0-9-]+\.sql$")
 _LOCK_KEY = 2055
 
 
-class MigrationError(RuntimeError):
+class MigrationError(DontoError):
     """A migration cannot be applied safely (tampered, missing, or failing)."""
 
 
@@ -70,7 +75,9 @@ class Status:
 def _read_dir(directory: Path) -> list[Source]:
     if not directory.is_dir():
         raise MigrationError(
-            f"SQL sources not found at {directory} (is donto-pg installed editable?)")
+            f"SQL sources not found at {directory}",
+            fix="this donto-pg install is incomplete: reinstall it (pip install donto-pg, "
+                "or pip install -e . in a checkout)")
     out = []
     numbers = set()
     for p in sorted(directory.glob("*.sql")):
@@ -102,11 +109,18 @@ def migrations(upto: str | None = None) -> list[Source]:
 
 
 def python_path() -> list[str]:
-    """Directories the server's Python needs to import donto_pg and its dependencies."""
+    """Directories the server's Python needs to import donto_pg and its dependencies:
+    the package's parent, this environment's site-packages, then any other
+    site-packages this Python imports from (a --system-site-packages venv's, or one
+    added by a .pth file)."""
     paths = [str(ROOT)]
     for key in ("purelib", "platlib"):
         p = sysconfig.get_paths()[key]
         if p not in paths:
+            paths.append(p)
+    for p in sys.path:
+        if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir() \
+                and p not in paths:
             paths.append(p)
     return paths
 
@@ -191,14 +205,17 @@ def write_settings(conn: psycopg.Connection, paths: list[str] | None = None) -> 
 
 
 def migrate(conn: psycopg.Connection, *, upto: str | None = None,
-            paths: list[str] | None = None) -> list[str]:
+            paths: list[str] | None = None,
+            on_step: Callable[[str], None] | None = None) -> list[str]:
     """Install or upgrade the donto schema in the connected database.
 
     Returns the names of the migrations applied now ([] when up to date).
     Runs in one transaction; safe to run again (a no-op for the data).
     With UPTO (tests of upgrades) only the migrations up to it run: the
     idempotent sql/ belongs to the newest version and may need later tables.
+    ON_STEP hears the name of each file before it runs (progress).
     """
+    step = on_step or (lambda _name: None)
     if conn.autocommit:
         raise MigrationError("migrate needs a connection with autocommit off")
     try:
@@ -217,6 +234,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
         by_name = {m.name: m for m in migrations(upto)}
         for name in st.pending:
             m = by_name[name]
+            step(f"migrations/{name}")
             try:
                 conn.execute(m.text)
             except psycopg.Error as exc:
@@ -225,6 +243,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
                          (name, m.sha256))
         write_settings(conn, paths)
         for s in idempotent_sources() if upto is None else []:
+            step(f"sql/{s.name}")
             try:
                 conn.execute(s.text)
             except psycopg.Error as exc:

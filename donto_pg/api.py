@@ -1,0 +1,324 @@
+"""The Python API: add conversations and documents, recall, read claims.
+
+A small, typed layer over the SQL API (as pgmq's client is): every function is one
+or a few calls of ``donto.*`` functions with explicit casts, and the database does
+the work. Typical use::
+
+    import donto_pg
+
+    conn = donto_pg.connect()                  # the embedded cluster, or connect(dsn)
+    donto_pg.ensure_schema(conn)               # donto-pg migrate, from Python
+    rev = donto_pg.add_conversation(conn, [
+        {"role": "user", "content": "I moved to Berlin in March.", "timestamp": "2024-03-02"},
+        {"role": "assistant", "content": "How do you like Berlin?"},
+    ], "chat:alice/1")
+    for hit in donto_pg.recall(conn, "where do I live?", k=3):
+        print(hit.score, hit.text)
+
+Messages have the OpenAI shape: ``role`` and ``content`` (a string, or a list of
+``{"type": "text", "text": ...}`` parts), optionally ``timestamp`` (ISO 8601 date or
+date-time, a ``datetime``/``date``, or Unix seconds) and ``session`` (an integer).
+They become the same canonical text as a BEAM conversation (README, "The canonical
+text"): ``beam.format_chat`` renders it and ``loader.record_conversation`` stores it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from donto_pg import beam, loader
+from donto_pg import db as dbmod
+from donto_pg.errors import InputError
+
+__all__ = [
+    "Claim", "Hit", "add_conversation", "add_text", "claims", "connect", "ensure_schema",
+    "read_chat_file", "recall", "recall_payload",
+]
+
+_ROLE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One recall chunk (a row of ``donto.recall``). ``text`` is exactly
+    ``donto.span_text(revision_id, char_start, char_end)``; offsets are characters."""
+
+    statement_id: int
+    revision_id: int
+    char_start: int
+    char_end: int
+    text: str
+    valid_from: datetime.date | None  # when what it says became true (None: unknown)
+    valid_until: datetime.date | None  # exclusive; None: open-ended
+    score: float
+    vector_rank: int | None
+    lexical_rank: int | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One extracted claim with the bytes it rests on (a row of ``donto.claim_provenance``)."""
+
+    claim_id: int
+    subject: str
+    predicate: str
+    object: str | None
+    is_hypothesis: bool
+    retracted: bool
+    retraction_reason: str | None
+    document: str
+    revision_id: int
+    char_start: int | None
+    char_end: int | None
+    evidence_text: str | None
+    anchor_method: str | None
+    model: str | None
+
+
+def connect(dsn: str | None = None) -> psycopg.Connection:
+    """Open a connection: to DSN, else ``DONTO_DSN``, else the embedded cluster (created
+    and started on first use). Autocommit is off: the API functions commit their work."""
+    return dbmod.connect(dsn)
+
+
+def ensure_schema(conn: psycopg.Connection) -> list[str]:
+    """Install or upgrade the donto schema, as ``donto-pg migrate`` does (needs a
+    superuser; a no-op when up to date, and for a database made with CREATE EXTENSION).
+    Returns the migrations applied now."""
+    from donto_pg import migrate
+
+    row = conn.execute("select 1 from pg_extension where extname = 'donto'").fetchone()
+    conn.commit()
+    if row is not None:
+        return []
+    applied = migrate.migrate(conn)
+    dbmod.register_vector_if_present(conn)
+    return applied
+
+
+def add_conversation(conn: psycopg.Connection, messages: Sequence[Mapping[str, Any]],
+                     document_iri: str, *, embed: bool = True, extraction: bool = True,
+                     model: str | None = None, meta: Mapping[str, Any] | None = None,
+                     window_chars: int = 1200) -> int:
+    """Store a chat log as a revision of DOCUMENT_IRI and return the revision id.
+
+    Records its canonical text and turn table, cuts projection A (recall chunks) and,
+    with EXTRACTION, projection B (extraction blocks, for ``donto-pg extract``), and with
+    EMBED embeds the chunks with MODEL (default all-MiniLM-L6-v2; else leave it to
+    ``donto-pg embed``). Idempotent: the same messages give the same revision and add
+    nothing. Raises :class:`~donto_pg.errors.InputError` on a malformed message.
+    """
+    conv = conversation(messages, document_iri)
+    rec = loader.record_conversation(conn, conv, document_iri, {"source": "api", **(meta or {})},
+                                     window_chars=window_chars)
+    conn.commit()
+    if extraction:
+        _project_extraction(conn, rec.revision_id)
+    if embed:
+        _embed(conn, document_iri, model)
+    return rec.revision_id
+
+
+def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: bool = True,
+             model: str | None = None, meta: Mapping[str, Any] | None = None,
+             window_chars: int = 1200) -> int:
+    """Store a plain document as a revision of DOCUMENT_IRI (its text verbatim) and cut
+    its recall chunks (embedded with EMBED). Returns the revision id; idempotent.
+
+    Recall works on it as on a conversation. Extraction does not: extraction blocks are
+    cut along turns (who said what, and when), which a plain text does not have, and
+    ``donto.project_extraction`` says so. To extract from a document, give it to
+    :func:`add_conversation` as messages (one per paragraph, say).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"{document_iri}: the text is empty")
+    loader.check_body(text, document_iri)
+    with conn.transaction():
+        rev = conn.execute("select donto.register_revision(%s::text, %s::text, %s::jsonb)",
+                           (document_iri, text, json.dumps({"source": "text", **(meta or {})}))
+                           ).fetchone()[0]
+        conn.execute("select donto.project_recall(%s::bigint, %s::integer)", (rev, window_chars))
+    conn.commit()
+    if embed:
+        _embed(conn, document_iri, model)
+    return rev
+
+
+def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | None = None,
+           as_of: datetime.datetime | None = None, *, document: str | None = None,
+           model: str | None = None, arms: str = "hybrid") -> list[Hit]:
+    """The top K recall chunks for QUERY (``donto.recall``: vector and lexical arms, fused).
+
+    CONTEXT is a recall context IRI; DOCUMENT a document IRI (its recall context);
+    AS_OF answers as the database knew it then; ARMS is ``vector``, ``lexical`` or
+    ``hybrid``; MODEL an embedding model that has vectors (default: the default model).
+    """
+    rows = conn.execute(
+        "select r.statement_id, r.revision_id, r.char_start, r.char_end, r.chunk_text, "
+        "lower(r.valid_time), upper(r.valid_time), r.score, r.vector_rank, r.lexical_rank "
+        "from donto.recall(%s::text, k => %s::integer, "
+        "context => coalesce(%s::text, donto.recall_context_iri(%s::text)), "
+        "as_of => %s::timestamptz, model => %s::text, arms => %s::text) as r",
+        (query, k, context, document, as_of, model, arms)).fetchall()
+    conn.commit()
+    return [Hit(*r) for r in rows]
+
+
+def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int = 20, *,
+                   chunk_tokens: int | None = None, context: str | None = None,
+                   document: str | None = None, as_of: datetime.datetime | None = None,
+                   model: str | None = None) -> dict[str, Any]:
+    """Recall packed for a model, never over MAX_TOKENS (``donto.recall_payload``):
+    ``{query, memories, chunks, truncated, tokens, omitted}``."""
+    payload = conn.execute(
+        "select donto.recall_payload(%s::text, %s::integer, k => %s::integer, "
+        "chunk_tokens => %s::integer, "
+        "context => coalesce(%s::text, donto.recall_context_iri(%s::text)), "
+        "as_of => %s::timestamptz, model => %s::text)",
+        (query, max_tokens, k, chunk_tokens, context, document, as_of, model)).fetchone()[0]
+    conn.commit()
+    return payload
+
+
+def claims(conn: psycopg.Connection, *, document: str | None = None,
+           subject: str | None = None, include_retracted: bool = False,
+           limit: int = 100) -> list[Claim]:
+    """Extracted claims with their evidence (``donto.claim_provenance``), oldest first:
+    of DOCUMENT (an IRI), about SUBJECT (case-insensitive substring); current facts
+    only unless INCLUDE_RETRACTED."""
+    rows = conn.execute(
+        "select c.claim_id, c.subject, c.predicate, c.object, c.is_hypothesis, c.retracted, "
+        "c.retraction_reason, c.document, c.revision_id, c.char_start, c.char_end, "
+        "c.evidence_text, c.anchor_method, c.model "
+        "from donto.claim_provenance as c "
+        "where (%s::text is null or c.document = %s::text) "
+        "and (%s::text is null or strpos(lower(c.subject), lower(%s::text)) > 0) "
+        "and (%s::boolean or not c.retracted) "
+        "order by c.claim_id limit %s::integer",
+        (document, document, subject, subject, include_retracted, limit)).fetchall()
+    conn.commit()
+    return [Claim(*r) for r in rows]
+
+
+# -- input: OpenAI-shaped messages and chat files -------------------------------------
+
+
+def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> beam.Conversation:
+    """The messages as a conversation: turn ids in order (0, 1, ...), a new exchange at
+    each user message, sessions from ``session`` (default 1, then the previous one),
+    dates from ``timestamp`` (a message without one has the latest date before it in its
+    session, else the session's first); contents cleaned as BEAM's are
+    (``beam.clean_content``)."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise InputError(f"{document_iri}: messages must be a non-empty list of "
+                         "{role, content} objects")
+    rows: list[tuple[str, int, datetime.date | None, str, int]] = []
+    session, exchange = 1, -1
+    for i, m in enumerate(messages):
+        where = f"{document_iri}: message {i}"
+        if not isinstance(m, Mapping):
+            raise InputError(f"{where} is a {type(m).__name__}, not an object",
+                             fix='give {"role": ..., "content": ...}')
+        role = m.get("role")
+        if not isinstance(role, str) or not _ROLE.match(role):
+            raise InputError(f"{where}: role {role!r} is not a name",
+                             fix="use user, assistant, system, tool (letters, digits, _ -)")
+        if m.get("session") is not None:
+            if isinstance(m["session"], bool) or not isinstance(m["session"], int) \
+                    or m["session"] < 0:
+                raise InputError(f"{where}: session {m['session']!r} is not a whole number")
+            session = m["session"]
+        if role == "user" or exchange < 0:
+            exchange += 1
+        rows.append((role, session, _date(m.get("timestamp"), where),
+                     beam.clean_content(_content(m.get("content"), where)), exchange))
+    # A message without a timestamp has the latest one before it in its session, else
+    # the session's first (so the session's header carries its date, as in BEAM).
+    first: dict[int, datetime.date] = {}
+    for _, ses, day, _, _ in rows:
+        if day is not None:
+            first.setdefault(ses, day)
+    out: list[beam.Message] = []
+    last: dict[int, datetime.date] = {}
+    for i, (role, ses, day, content, ex) in enumerate(rows):
+        day = day or last.get(ses) or first.get(ses)
+        if day is not None:
+            last[ses] = day
+        out.append(beam.Message(seq=i, turn_id=i, role=role, session=ses, date=day,
+                                content=content, question_type=None, exchange=ex))
+    return beam.Conversation(conversation_id=document_iri, scale="", messages=out,
+                             questions=[], source=document_iri)
+
+
+def read_chat_file(path: str | Path) -> list[dict[str, Any]]:
+    """Messages from a chat log file: a JSON array of messages, a JSON object with a
+    ``messages`` array (an OpenAI request), or JSON Lines (one message per line)."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() == ".jsonl":
+            data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{p}: not valid JSON", str(exc),
+                         fix="give a JSON array of messages, or JSON Lines (.jsonl)") from exc
+    if isinstance(data, Mapping) and isinstance(data.get("messages"), list):
+        data = data["messages"]
+    if not isinstance(data, list):
+        raise InputError(f"{p}: expected a list of messages, got a {type(data).__name__}",
+                         fix='give [{"role": "user", "content": "..."}, ...]')
+    return data
+
+
+def _content(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # OpenAI content parts: keep the text ones
+        texts = [p.get("text") for p in value
+                 if isinstance(p, Mapping) and p.get("type") == "text"]
+        if all(isinstance(t, str) for t in texts):
+            return "\n".join(texts)
+    raise InputError(f"{where}: content must be a string or a list of text parts",
+                     f"got {type(value).__name__}")
+
+
+def _date(value: Any, where: str) -> datetime.date | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.datetime.fromtimestamp(value, datetime.UTC).date()
+    if isinstance(value, str):
+        try:
+            return datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).date()
+        except ValueError:
+            pass
+    raise InputError(f"{where}: timestamp {value!r} is not a date",
+                     fix="use ISO 8601 (2024-03-02 or 2024-03-02T10:00:00Z) or Unix seconds")
+
+
+def _project_extraction(conn: psycopg.Connection, revision_id: int) -> int:
+    n = conn.execute("select donto.project_extraction(%s::bigint)", (revision_id,)).fetchone()[0]
+    conn.commit()
+    return n
+
+
+def _embed(conn: psycopg.Connection, document_iri: str, model: str | None) -> int:
+    from donto_pg import embed
+
+    context = conn.execute("select donto.recall_context_iri(%s::text)",
+                           (document_iri,)).fetchone()[0]
+    conn.commit()
+    return embed.embed_pending(conn, model, context=context, progress=False).embedded

@@ -1,0 +1,148 @@
+"""Errors a person can act on: what failed, why, and what to do.
+
+Client code raises a :class:`DontoError` (or a subclass) with three parts; the CLI's
+``main()`` prints any error as one or two lines through :func:`explain`, which also
+turns the exceptions of psycopg (by SQLSTATE), the embedded cluster and the file
+system into the same shape. Nothing prints a traceback unless ``--debug`` is given.
+
+    error: cannot connect to the database: connection to server ... failed
+      fix: check --dsn / DONTO_DSN, or unset both to use the embedded cluster
+
+This module imports nothing heavy (no psycopg at import time), so that every client
+module may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class DontoError(Exception):
+    """A failure with ``what`` failed, ``why`` (optional) and ``fix`` (optional).
+
+    ``str(err)`` is ``"what: why"``; the CLI prints the fix on a second line.
+    """
+
+    def __init__(self, what: str, why: str | None = None, *, fix: str | None = None) -> None:
+        self.what = _one_line(what)
+        self.why = _one_line(why) if why else None
+        self.fix = _one_line(fix) if fix else None
+        super().__init__(self.what if self.why is None else f"{self.what}: {self.why}")
+
+
+class UsageError(DontoError):
+    """An option or argument has a value that cannot work."""
+
+
+class InputError(DontoError):
+    """An input file is missing, unreadable or not in a format donto-pg reads."""
+
+
+class NothingFound(DontoError):
+    """The input or the database has nothing that matches what was asked for."""
+
+
+class DatabaseError(DontoError):
+    """The database refused or could not be reached (see :func:`explain`)."""
+
+
+class SchemaMissing(DatabaseError):
+    """The connected database has no donto schema (or an older one)."""
+
+    def __init__(self, why: str | None = None) -> None:
+        super().__init__("the database has no donto schema", why,
+                         fix="run `donto-pg migrate` (or CREATE EXTENSION donto CASCADE) first")
+
+
+@dataclass(frozen=True)
+class Explained:
+    """An error as the CLI prints it: one or two lines and an exit code."""
+
+    lines: list[str]
+    exit_code: int = 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _short(text: str, limit: int = 240) -> str:
+    text = _one_line(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _lines(err: DontoError) -> list[str]:
+    first = f"error: {err.what}" + (f": {_short(err.why)}" if err.why else "")
+    return [first] + ([f"  fix: {err.fix}"] if err.fix else [])
+
+
+# SQLSTATE classes and codes the CLI explains; anything else is "the database refused".
+_CONNECT_FIX = ("check --dsn / DONTO_DSN (host, port, database, user, password), "
+                "or unset both to use the embedded cluster")
+_SQLSTATE_FIX = {
+    "42501": "connect as a role that has this privilege (the schema's owner, or a superuser "
+             "for CREATE EXTENSION)",
+    "28000": _CONNECT_FIX,
+    "28P01": _CONNECT_FIX,
+    "3D000": "create the database first (createdb), or point --dsn / DONTO_DSN at another",
+    "57P01": "the server was shut down: start it again and re-run the command",
+    "53300": "the server has no free connection slot: close other clients or raise "
+             "max_connections",
+}
+
+
+def from_database(exc: Exception) -> DontoError:
+    """A psycopg error as a DontoError, by its SQLSTATE (and connection failures)."""
+    import psycopg
+
+    state = getattr(exc, "sqlstate", None)
+    diag = getattr(exc, "diag", None)
+    message = (diag.message_primary if diag is not None else None) or str(exc)
+    hint = diag.message_hint if diag is not None else None
+    if state is None and isinstance(exc, psycopg.OperationalError):
+        return DatabaseError("cannot connect to the database", _first_line(str(exc)),
+                             fix=_CONNECT_FIX)
+    if state in ("42883", "3F000", "42P01") and "donto" in (message or ""):
+        return SchemaMissing(message)
+    fix = hint or _SQLSTATE_FIX.get(state or "")
+    if state and state.startswith("08"):
+        return DatabaseError("lost the connection to the database", message, fix=_CONNECT_FIX)
+    return DatabaseError(f"the database refused ({state})" if state else "database error",
+                         message, fix=fix)
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[0] if lines else str(text)
+
+
+def explain(exc: BaseException) -> Explained | None:
+    """How the CLI reports EXC, or None when it is not an error a person can act on
+    (a bug: the CLI then says so in two lines and points at ``--debug``)."""
+    import psycopg
+
+    from donto_pg.cluster import ClusterError
+
+    if isinstance(exc, DontoError):
+        return Explained(_lines(exc))
+    if isinstance(exc, psycopg.Error):
+        return Explained(_lines(from_database(exc)))
+    if isinstance(exc, ClusterError):
+        return Explained(_lines(DontoError("the embedded cluster failed", str(exc),
+                                           fix="see `donto-pg db status`; or give --dsn")))
+    if isinstance(exc, FileNotFoundError):
+        name = exc.filename or _first_line(str(exc))
+        return Explained(_lines(InputError(f"{name}: no such file or directory")))
+    if isinstance(exc, PermissionError):
+        name = exc.filename or _first_line(str(exc))
+        return Explained(_lines(InputError(f"{name}: permission denied",
+                                           fix="run as a user who may read (or write) it")))
+    if isinstance(exc, KeyboardInterrupt):
+        return Explained(["interrupted"], 130)
+    return None
+
+
+def explain_bug(exc: BaseException) -> Explained:
+    """The two lines for an unexpected exception (a bug in donto-pg)."""
+    return Explained([f"error: unexpected {type(exc).__name__}: {_short(str(exc))}",
+                      "  fix: re-run with --debug for the traceback, and report it"])

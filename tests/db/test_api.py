@@ -1,0 +1,178 @@
+"""The Python API (donto_pg.api) against a real database, and the README's example."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+import donto_pg
+from donto_pg import api, beam
+from donto_pg.errors import InputError
+from tests.conftest import ROOT
+
+CHAT = [
+    {"role": "system", "content": "You are helpful."},
+    {"role": "user", "content": "I moved to Berlin in March.", "timestamp": "2024-03-02"},
+    {"role": "assistant", "content": [{"type": "text", "text": "Berlin is lovely."}]},
+    {"role": "user", "content": "My sister Ana lives in Porto.\r\n", "session": 2,
+     "timestamp": "2024-04-10T09:30:00Z"},
+    {"role": "assistant", "content": "Porto is far from Berlin."},
+]
+
+
+def dsn_of(conn: psycopg.Connection) -> str:
+    i = conn.info
+    return f"host={i.host} port={i.port} user={i.user} dbname={i.dbname}"
+
+
+def run_cli(conn, *args):
+    return subprocess.run([sys.executable, "-m", "donto_pg", *args, "--dsn", dsn_of(conn)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+def test_import_is_light():
+    code = ("import sys, donto_pg; "
+            "assert not {'psycopg', 'torch', 'sentence_transformers', 'donto_pg.api'} "
+            "& set(sys.modules), sorted(sys.modules); print(donto_pg.__version__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == donto_pg.__version__
+    assert donto_pg.add_conversation is api.add_conversation  # loaded on first use
+    assert (ROOT / "donto_pg" / "py.typed").is_file()
+
+
+def test_messages_become_the_canonical_text():
+    conv = api.conversation(CHAT, "chat:t/1")
+    body, spans = beam.format_chat(conv)
+    assert body.startswith("=== session 1 | 2024-03-02 ===\n\n[system #0] You are helpful.\n")
+    assert "=== session 2 | 2024-04-10 ===\n\n[user #3] My sister Ana lives in Porto.\n" in body
+    assert [s.exchange for s in spans] == [0, 1, 1, 2, 2]  # a new exchange at each user turn
+    assert body[spans[2].char_start:spans[2].char_end] == "Berlin is lovely."
+
+
+@pytest.mark.parametrize("messages, needle", [
+    ([], "non-empty list"),
+    ("hello", "non-empty list"),
+    ([{"content": "x"}], "message 0: role None"),
+    ([{"role": "user]", "content": "x"}], "role 'user]'"),
+    ([{"role": "user", "content": 3}], "content must be a string"),
+    ([{"role": "user", "content": "x", "timestamp": "soon"}], "timestamp 'soon'"),
+    ([{"role": "user", "content": "x", "session": "two"}], "session 'two'"),
+    (["x"], "message 0 is a str"),
+])
+def test_malformed_messages_are_refused(messages, needle):
+    with pytest.raises(InputError, match=re.escape(needle)):
+        api.conversation(messages, "chat:t/1")
+
+
+def test_add_conversation_records_everything_once(db):
+    rev = api.add_conversation(db, CHAT, "chat:t/1", embed=False)
+    body = db.execute("select body from donto.revision where revision_id = %s",
+                      (rev,)).fetchone()[0]
+    assert body == beam.format_chat(api.conversation(CHAT, "chat:t/1"))[0]
+    counts = "select (select count(*) from donto.turn where revision_id = %(r)s), " \
+             "(select count(*) from donto.x_memory_record where revision_id = %(r)s), " \
+             "(select count(*) from donto.extraction_block where revision_id = %(r)s), " \
+             "(select count(*) from donto.statement)"
+    first = db.execute(counts, {"r": rev}).fetchone()
+    assert first[0] == 5 and first[1] >= 1 and first[2] >= 1
+    assert api.add_conversation(db, CHAT, "chat:t/1", embed=False) == rev
+    assert db.execute(counts, {"r": rev}).fetchone() == first  # idempotent
+    hits = api.recall(db, "Porto sister", k=3, document="chat:t/1", arms="lexical")
+    assert hits and isinstance(hits[0], api.Hit) and "Porto" in hits[0].text
+    h = hits[0]
+    assert db.execute("select donto.span_text(%s, %s, %s)",
+                      (h.revision_id, h.char_start, h.char_end)).fetchone()[0] == h.text
+    assert h.valid_from is not None and h.vector_rank is None and h.lexical_rank == 1
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no context"):
+        api.recall(db, "Porto sister", document="chat:other", arms="lexical")
+    db.rollback()
+
+
+def test_add_text_recalls_but_does_not_extract(db):
+    text = "Notes.\n\nThe office moved to Lisbon in 2023.\n"
+    rev = api.add_text(db, text, "doc:notes", embed=False)
+    assert db.execute("select body from donto.revision where revision_id = %s",
+                      (rev,)).fetchone()[0] == text
+    hits = api.recall(db, "office Lisbon", document="doc:notes", arms="lexical")
+    assert [h.revision_id for h in hits] == [rev]
+    with pytest.raises(psycopg.Error, match="has no turn table"):
+        db.execute("select donto.project_extraction(%s)", (rev,))
+    db.rollback()
+    with pytest.raises(InputError, match="empty"):
+        api.add_text(db, "  \n", "doc:empty")
+
+
+def test_claims_after_extraction(db):
+    rev = api.add_conversation(db, CHAT, "chat:t/1", embed=False)
+    r = run_cli(db, "extract", "--provider", "baseline", "--json")
+    assert r.returncode == 0, r.stderr
+    got = api.claims(db, document="chat:t/1")
+    assert got and all(isinstance(c, api.Claim) and c.revision_id == rev for c in got)
+    anchored = [c for c in got if c.char_start is not None]
+    assert anchored and all(not c.retracted for c in got)
+    c = anchored[0]
+    assert db.execute("select donto.span_text(%s, %s, %s)",
+                      (rev, c.char_start, c.char_end)).fetchone()[0] == c.evidence_text
+    assert api.claims(db, document="chat:none") == []
+    some = api.claims(db, subject=got[0].subject[:3].upper())
+    assert got[0].claim_id in {x.claim_id for x in some}
+
+
+def test_cli_add_reads_json_jsonl_and_text(db, tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"model": "x", "messages": CHAT}))
+    (tmp_path / "b.jsonl").write_text("\n".join(json.dumps(m) for m in CHAT[:3]) + "\n")
+    (tmp_path / "c.txt").write_text("The office moved to Lisbon in 2023.\n")
+    (tmp_path / "bad.json").write_text('{"messages": 3}')
+    db.commit()
+    r = run_cli(db, "add", str(tmp_path / "a.json"), "--no-embed", "--json")
+    assert r.returncode == 0, r.stderr
+    a = json.loads(r.stdout)
+    assert a["document"] == "file:a.json" and a["messages"] == 5
+    r = run_cli(db, "add", str(tmp_path / "b.jsonl"), "-d", "chat:b", "--no-embed", "--json")
+    assert r.returncode == 0, r.stderr
+    b = json.loads(r.stdout)
+    assert b["messages"] == 3 and b["revision_id"] != a["revision_id"]
+    r = run_cli(db, "add", str(tmp_path / "a.json"), "--no-embed", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == a  # idempotent
+    r = run_cli(db, "add", str(tmp_path / "a.json"), "-d", "chat:other", "--no-embed")
+    assert r.returncode == 1 and "already revision" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli(db, "add", str(tmp_path / "c.txt"), "--no-embed")
+    assert r.returncode == 0 and "text, recall only" in r.stdout, r.stderr
+    r = run_cli(db, "add", str(tmp_path / "bad.json"), "--no-embed")
+    assert r.returncode == 1 and "expected a list of messages" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 2 and "Traceback" not in r.stderr
+    r = run_cli(db, "add", str(tmp_path / "nosuch.json"))
+    assert r.returncode == 1 and "nosuch.json: no such file" in r.stderr
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Python API", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.slow
+def test_readme_example_runs(db):
+    code = readme_example()
+    assert 8 <= len(code.strip().splitlines()) <= 14
+    db.commit()
+    env = {**os.environ, "DONTO_DSN": dsn_of(db)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines and "Porto" in lines[0]
+    rev = int(lines[0].split()[0])
+    assert db.execute("select count(*) from donto.embedding as e join donto.x_memory_record "
+                      "as m using (statement_id) where m.revision_id = %s",
+                      (rev,)).fetchone()[0] >= 1
+    payload = api.recall_payload(db, "where does my sister live?", 1000, k=3,
+                                 document="chat:alice/1")
+    assert 0 < payload["tokens"] <= 1000 and "Porto" in json.dumps(payload), payload

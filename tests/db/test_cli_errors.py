@@ -1,0 +1,183 @@
+"""Every CLI error is one or two lines on standard error (what failed and why, then what
+to do), with a non-zero exit code and no traceback unless --debug. The real CLI runs as
+a subprocess against the test cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import psycopg
+import pytest
+import typer
+
+from donto_pg import cli
+from tests.conftest import EXAMPLES, ROOT
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("DONTO_DSN", "DONTO_DEBUG",
+                                                             "DONTO_PROGRESS")}
+    return subprocess.run([sys.executable, "-m", "donto_pg", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300, env={**base, **(env or {})})
+
+
+def dsn_of(conn: psycopg.Connection) -> str:
+    i = conn.info
+    return f"host={i.host} port={i.port} user={i.user} dbname={i.dbname}"
+
+
+def assert_short_error(r: subprocess.CompletedProcess[str], *needles: str, code: int = 1
+                       ) -> list[str]:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert 1 <= len(lines) <= 2, r.stderr
+    assert lines[0].startswith("error: "), r.stderr
+    for n in needles:
+        assert n in r.stderr, (n, r.stderr)
+    return lines
+
+
+@pytest.fixture
+def empty_db(donto_proc):
+    """A database without the donto schema."""
+    name = f"{donto_proc.dbname}_noschema"
+    admin = dict(host=donto_proc.host, port=donto_proc.port, user=donto_proc.user,
+                 dbname="postgres", autocommit=True)
+    with psycopg.connect(**admin) as c:
+        c.execute(f"drop database if exists {name}")
+        c.execute(f"create database {name}")
+    yield f"host={donto_proc.host} port={donto_proc.port} user={donto_proc.user} dbname={name}"
+    with psycopg.connect(**admin) as c:
+        c.execute(f"drop database if exists {name} with (force)")
+
+
+def test_wrong_dsn():
+    r = run("migrate", "--dsn", "host=/nonexistent-donto dbname=x")
+    lines = assert_short_error(r, "cannot connect to the database", "/nonexistent-donto")
+    assert "DONTO_DSN" in lines[1]
+
+
+def test_debug_shows_the_traceback():
+    r = run("migrate", "--dsn", "host=/nonexistent-donto dbname=x", "--debug")
+    assert r.returncode != 0 and "Traceback" in r.stderr
+    r = run("migrate", "--dsn", "host=/nonexistent-donto dbname=x", env={"DONTO_DEBUG": "1"})
+    assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_missing_schema(empty_db):
+    for args in (["recall", "where?", "--arms", "lexical"], ["load-beam", str(EXAMPLES)],
+                 ["project-extraction"], ["extract", "--provider", "baseline"]):
+        r = run(*args, "--dsn", empty_db)
+        lines = assert_short_error(r, "the database has no donto schema")
+        assert "donto-pg migrate" in lines[1], args
+
+
+def test_unknown_recall_arm(db):
+    db.commit()
+    r = run("recall", "where?", "--arms", "foo", "--dsn", dsn_of(db))
+    assert_short_error(r, "--arms foo", "vector, lexical, hybrid")
+    # eval recall says so before it loads or embeds anything
+    r = run("eval", "recall", str(EXAMPLES / "chats" / "100K" / "13"), "--arms",
+            "lexical,foo", "--dsn", dsn_of(db))
+    assert_short_error(r, "'foo'")
+    assert db.execute("select count(*) from donto.revision").fetchone()[0] == 0
+
+
+def test_unknown_conversation(db):
+    db.commit()
+    r = run("load-beam", str(EXAMPLES), "-c", "100K/99", "--no-embed", "--dsn", dsn_of(db))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"FAILED: {EXAMPLES}: conversation '100K/99' not found"]
+    for cmd in (["project-extraction"], ["extract", "--provider", "baseline"]):
+        r = run(*cmd, "-c", "100K/99", "--dsn", dsn_of(db))
+        assert_short_error(r, "no conversation beam:100K/99", "donto.document")
+
+
+def test_scale_that_matches_nothing(db):
+    db.commit()
+    r = run("load-beam", str(EXAMPLES), "--scale", "5K", "--no-embed", "--dsn", dsn_of(db))
+    assert_short_error(r, "nothing to load", "--scale 5K")
+    assert db.execute("select count(*) from donto.revision").fetchone()[0] == 0
+
+
+def test_missing_provider_config(db):
+    db.commit()
+    for cmd in (["extract"], ["summarize"], ["ab"]):
+        r = run(*cmd, "--provider-config", "/nonexistent/providers.toml", "--dsn", dsn_of(db))
+        assert_short_error(r, "/nonexistent/providers.toml: no such file", "[[provider]]")
+
+
+def test_invalid_provider_config(db, tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_text("[[provider]]\nname = 'x'\n")
+    db.commit()
+    r = run("extract", "--provider-config", str(bad), "--dsn", dsn_of(db))
+    assert_short_error(r, str(bad))
+
+
+@pytest.mark.slow
+def test_unknown_embedding_model(db):
+    db.commit()
+    r = run("embed", "--model", "nosuch", "--dsn", dsn_of(db))
+    assert_short_error(r, "cannot load the embedding model 'nosuch'", "all-MiniLM-L6-v2")
+
+
+def test_bad_option_values(db):
+    r = run("recall", "--k", "x", "where?")
+    assert_short_error(r, "--k", "donto-pg recall --help", code=2)
+    r = run("ab", "--arm", "foo", "--dsn", dsn_of(db))
+    assert_short_error(r, "--arm foo", "NAME=STRATEGY:PARAMS")
+    r = run("nosuch")
+    assert_short_error(r, "No such command", code=2)
+
+
+def test_migrate_by_a_database_owner_who_is_not_superuser(donto_proc):
+    role = f"donto_t_owner_{os.getpid()}"
+    name = f"{donto_proc.dbname}_owned"
+    admin = dict(host=donto_proc.host, port=donto_proc.port, user=donto_proc.user,
+                 dbname="postgres", autocommit=True)
+    with psycopg.connect(**admin) as c:
+        c.execute(f"drop database if exists {name}")
+        c.execute(f"drop role if exists {role}")
+        c.execute(f"create role {role} login password 'owner-pw'")
+        c.execute(f"create database {name} owner {role}")
+    try:
+        dsn = (f"host={donto_proc.host} port={donto_proc.port} user={role} "
+               f"password=owner-pw dbname={name}")
+        r = run("migrate", "--dsn", dsn)
+        assert_short_error(r, "superuser")
+        with psycopg.connect(dsn) as c:  # nothing was left behind
+            assert c.execute("select to_regnamespace('donto')").fetchone()[0] is None
+    finally:
+        with psycopg.connect(**admin) as c:
+            c.execute(f"drop database if exists {name} with (force)")
+            c.execute(f"drop role if exists {role}")
+
+
+def test_json_is_a_flag_everywhere():
+    """Every --json is a flag (no value), and the help shows it as one."""
+    root = typer.main.get_command(cli.app)
+    seen = []
+
+    def walk(group, path):
+        for name, cmd in group.commands.items():
+            if hasattr(cmd, "commands"):
+                walk(cmd, [*path, name])
+                continue
+            for p in cmd.params:
+                if "--json" in getattr(p, "opts", []):
+                    assert p.is_flag and not p.secondary_opts, (path, name)
+                    seen.append(" ".join([*path, name]))
+            ctx = cmd.make_context(name, [], resilient_parsing=True)
+            for line in cmd.get_help(ctx).splitlines():
+                assert "<bool>" not in line, (name, line)
+
+    walk(root, [])
+    assert {"migrate", "recall", "load-beam", "embed", "extract", "project-extraction",
+            "eval recall", "ab", "summarize", "add", "db status"} <= set(seen)
+    r = run("recall", "--json", "true", "x", "--dsn", "host=/nonexistent-donto")
+    assert r.returncode == 2  # `true` is not a value of --json: an unexpected argument
