@@ -118,7 +118,7 @@ def test_upgrade_to_007_moves_the_full_text_vectors_unchanged(fresh_db):
     before = conn.execute("select statement_id, projection_id, tsv::text "
                           "from donto.x_memory_record order by 1").fetchall()
     conn.commit()
-    assert migrate.migrate(conn)[-1] == "007-recall-lexical.sql"
+    assert migrate.migrate(conn, upto="007")[-1] == "007-recall-lexical.sql"
     after = conn.execute("select statement_id, projection_id, tsv::text "
                          "from donto.x_memory_lexical order by 1").fetchall()
     assert after == before and len(after) == 2
