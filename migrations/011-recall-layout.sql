@@ -42,17 +42,21 @@ create index embedding_context_idx on donto.embedding (model_id, context_id);
 -- models that have vectors (names and definitions as before).
 do $$
 declare
-    r record;
+    v_models integer[];
+    v_dims integer[];
 begin
-    for r in
-        select m.model_id, m.dimension from donto.embedding_model as m
-        where exists (select 1 from donto.embedding as e where e.model_id = m.model_id)
-        order by m.model_id
-    loop
+    -- The models first: no scan of donto.embedding may be open during CREATE INDEX.
+    select
+        pg_catalog.array_agg(m.model_id order by m.model_id),
+        pg_catalog.array_agg(m.dimension order by m.model_id)
+    into v_models, v_dims
+    from donto.embedding_model as m
+    where exists (select 1 from donto.embedding as e where e.model_id = m.model_id);
+    for i in 1 .. coalesce(pg_catalog.cardinality(v_models), 0) loop
         execute pg_catalog.format(
             'create index %I on donto.embedding using hnsw '
             '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
-            'embedding_hnsw_m' || r.model_id, r.dimension, r.model_id);
+            'embedding_hnsw_m' || v_models[i], v_dims[i], v_models[i]);
     end loop;
 end;
 $$;
