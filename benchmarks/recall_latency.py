@@ -28,6 +28,19 @@ shows with auto_explain that the vector arm scans the HNSW index at 434K.
     python benchmarks/recall_latency.py                 # the loaded database
     python benchmarks/recall_latency.py --synthetic     # 434K-chunk context
     python benchmarks/recall_latency.py --synthetic --json
+    nice -n 19 python benchmarks/recall_latency.py --layout   # new layout vs today's
+
+``--layout`` (issue 13): two more synthetic databases, built once and kept
+(``donto_layout_beam``, ``donto_layout_tenants``): a BEAM-10M-like one, 10
+contexts of 43,400 chunks (434K), and many small tenants, 2,000 contexts of 250
+chunks plus 5 of 40,000 (700K; ``--tenants`` and ``--tenant-chunks`` scale the
+small ones down). Each query is searched in its own context. The new layout
+(migration 011: per-context HNSW indexes above donto.recall_exact_max(), exact
+scans below) is measured first, then today's access path on the same data in
+the same run (setting donto.recall_layout = 'model' and recall_exact_max =
+50,000, today's default: contexts of up to 50,000 chunks are scanned exactly
+through the statements, larger ones through the per-model HNSW index, which
+``--model-index`` builds; none of these contexts is larger).
 """
 
 from __future__ import annotations
@@ -52,6 +65,9 @@ from donto_pg import db as dbmod
 from donto_pg.core.windows import recall_windows
 from donto_pg.db import register_vector_if_present
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "beam" / "chats" / "100K"
 MODEL = "all-MiniLM-L6-v2"
@@ -60,6 +76,7 @@ BIG = 434_000
 SYNTH_CONTEXTS: tuple[tuple[str, int], ...] = (
     ("10M/big", BIG), ("1M/mid", 60_000), *((f"100K/{i}", 500) for i in range(1, 21)))
 ARMS = ("vector", "lexical", "hybrid")
+BEAM_LIKE: tuple[tuple[str, int], ...] = tuple((f"10M/{i}", 43_400) for i in range(1, 11))
 
 
 # -- the synthetic database --------------------------------------------------------------
@@ -163,7 +180,8 @@ def build_context(conn: psycopg.Connection, name: str, n: int, model_id: int,
     return True
 
 
-def build_synthetic(dsn: str, log) -> None:
+def build_synthetic(dsn: str, log, contexts: tuple[tuple[str, int], ...] = SYNTH_CONTEXTS,
+                    model_index: bool = True) -> None:
     texts, users, _ = example_windows()
     with psycopg.connect(dsn) as conn:
         register_vector_if_present(conn)
@@ -181,7 +199,20 @@ def build_synthetic(dsn: str, log) -> None:
         conn.commit()
         rng = np.random.default_rng(20240315)
         built = [build_context(conn, name, n, model_id, texts, rng, log)
-                 for name, n in SYNTH_CONTEXTS]
+                 for name, n in contexts]
+        if not model_index:
+            t0 = time.perf_counter()
+            conn.execute("set maintenance_work_mem = '2GB'")
+            made = conn.execute("select donto.ensure_context_indexes(%s::integer)",
+                                (model_id,)).fetchone()[0]
+            conn.commit()
+            log(f"  built {made} per-context HNSW indexes in {time.perf_counter() - t0:.0f} s")
+            if any(built) or made:
+                conn.autocommit = True
+                for t in ("embedding", "statement", "x_memory_record", "x_memory_lexical",
+                          "turn"):
+                    conn.execute(f"vacuum analyze donto.{t}")
+            return
         index = f"embedding_hnsw_m{model_id}"
         has_index = conn.execute("select 1 from pg_indexes where indexname = %s",
                                  (index,)).fetchone()
@@ -275,12 +306,69 @@ def explain_vector_arm(conn: psycopg.Connection, vec, q: str, ctx: str, k: int) 
     return [re.sub(r"'\[[-0-9e.,]+\]'", "'[...]'", line) for line in lines]
 
 
+def layout_items(sizes: dict[str, int], qs: list[str], n: int, seed: int
+                 ) -> dict[str, list[tuple[str, str]]]:
+    """Query sets per context class: each query in its own context (round robin over the
+    large contexts, one sampled small context per query)."""
+    rnd = random.Random(seed)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for label, ctxs in (("large", sorted(c for c, k in sizes.items() if k > 10_000)),
+                        ("small", sorted(c for c, k in sizes.items() if k <= 10_000))):
+        if not ctxs:
+            continue
+        picked = ctxs if len(ctxs) <= n else rnd.sample(ctxs, n)
+        out[label] = [(qs[i % len(qs)], picked[i % len(picked)]) for i in range(n)]
+    return out
+
+
+def measure_layout(dsn: str, name: str, contexts: tuple[tuple[str, int], ...], qs: list[str],
+                   args, log) -> dict[str, Any]:
+    """Build (once) and measure one --layout database: new layout, then today's."""
+    log(f"database {name}: building what is missing")
+    build_synthetic(dsn, log, contexts, model_index=False)
+    out: dict[str, Any] = {}
+    with dbmod.connect(dsn) as conn:
+        sizes = dict(conn.execute(
+            "select c.iri, count(*) from donto.statement s join donto.context c "
+            "using (context_id) where s.predicate = 'mem:episodic/chunk' "
+            "group by c.iri").fetchall())
+        conn.commit()
+        out["contexts"] = len(sizes)
+        out["chunks_total"] = sum(sizes.values())
+        sets = layout_items(sizes, qs, args.n, args.seed)
+        for label, items in sets.items():
+            sz = sorted({sizes[c] for _, c in items})
+            log(f"  new layout, {label} contexts ({sz} chunks)")
+            out[f"new layout, {label} contexts"] = measure(conn, items, args.k)
+        vec = conn.execute("select donto.embed_query(%s)", (qs[0],)).fetchone()[0]
+        conn.commit()
+        big = sets.get("large", sets.get("small"))[0][1]
+        out["new layout vector arm plan"] = explain_vector_arm(conn, vec, qs[0], big, args.k)
+    if args.model_index:
+        build_synthetic(dsn, log, contexts, model_index=True)
+    with dbmod.connect(dsn) as conn:
+        conn.execute("set donto.recall_layout = 'model'")
+        conn.execute("set donto.recall_exact_max = 50000")
+        conn.commit()
+        for label, items in sets.items():
+            log(f"  today's layout, {label} contexts")
+            out[f"today's layout, {label} contexts"] = measure(conn, items, args.k)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: DONTO_DSN or embedded)")
     ap.add_argument("--synthetic", action="store_true",
                     help="build (once) and measure the synthetic 434K-chunk context")
     ap.add_argument("--synthetic-db", default="donto_synth", help="its database name")
+    ap.add_argument("--layout", action="store_true",
+                    help="build (once) and measure the BEAM-10M-like and many-tenant databases")
+    ap.add_argument("--which", choices=("beam", "tenants", "both"), default="both")
+    ap.add_argument("--tenants", type=int, default=2000, help="small contexts (--layout)")
+    ap.add_argument("--tenant-chunks", type=int, default=250)
+    ap.add_argument("--model-index", action="store_true",
+                    help="--layout: also build the per-model HNSW index over every context")
     ap.add_argument("-n", type=int, default=40, help="queries per measurement")
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
@@ -292,6 +380,19 @@ def main(argv: list[str] | None = None) -> int:
 
     dsn = dbmod.resolve_dsn(args.dsn)
     report: dict[str, Any] = {"k": args.k, "n": args.n}
+    if args.layout:
+        _, _, questions = example_windows()
+        qs = random.Random(args.seed).sample(questions, len(questions))
+        report["machine"] = machine()
+        tenants = (*((f"t/{i}", args.tenant_chunks) for i in range(1, args.tenants + 1)),
+                   *((f"t/big{i}", 40_000) for i in range(1, 6)))
+        for which, contexts in (("beam", BEAM_LIKE), ("tenants", tenants)):
+            if args.which in (which, "both"):
+                name = f"donto_layout_{which}"
+                report[name] = measure_layout(synth_dsn(dsn, name), name, contexts, qs, args, log)
+                log(json.dumps(report[name], indent=1))
+        print(json.dumps(report, indent=2))
+        return 0
     if args.synthetic:
         dsn = synth_dsn(dsn, args.synthetic_db)
         log(f"synthetic database {args.synthetic_db}: building what is missing")

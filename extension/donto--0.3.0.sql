@@ -527,6 +527,80 @@ comment on table donto.x_memory_lexical is
 
 insert into donto.migration (name, sha256) values ('007-recall-lexical.sql', '1cf25519ee933bb34a070ea198a34f9195985f3eb83b98b336e9e6914f0f7e5d');
 
+-- migrations/011-recall-layout.sql
+-- 011: the vectors of recall chunks carry their context (donto.embedding.context_id),
+-- stored clustered by (model, context), so that recall's vector arm reads only the
+-- searched context: an exact scan of the context's rows (index embedding_context_idx)
+-- for small contexts, a partial HNSW index of its own for large ones (created by
+-- donto.ensure_embedding_index, see sql/050-recall.sql). The per-model HNSW index
+-- stays for recall over every context. Existing vectors move over unchanged.
+
+create table donto.embedding_011 (
+    statement_id bigint not null,
+    model_id integer not null,
+    context_id bigint not null,
+    embedding vector not null,
+    created_at timestamptz not null default now()
+);
+
+insert into donto.embedding_011 (statement_id, model_id, context_id, embedding, created_at)
+select
+    e.statement_id,
+    e.model_id,
+    s.context_id,
+    e.embedding,
+    e.created_at
+from donto.embedding as e
+inner join donto.statement as s on e.statement_id = s.statement_id
+order by e.model_id, s.context_id, e.statement_id;
+
+drop table donto.embedding;
+alter table donto.embedding_011 rename to embedding;
+
+alter table donto.embedding
+add constraint embedding_pkey primary key (statement_id, model_id),
+add constraint embedding_statement_id_fkey
+foreign key (statement_id) references donto.statement,
+add constraint embedding_model_id_fkey
+foreign key (model_id) references donto.embedding_model,
+add constraint embedding_context_id_fkey
+foreign key (context_id) references donto.context;
+
+create index embedding_context_idx on donto.embedding (model_id, context_id);
+
+-- The per-model HNSW indexes of donto.ensure_embedding_index, rebuilt for the
+-- models that have vectors (names and definitions as before).
+do $$
+declare
+    v_models integer[];
+    v_dims integer[];
+begin
+    -- The models first: no scan of donto.embedding may be open during CREATE INDEX.
+    select
+        pg_catalog.array_agg(m.model_id order by m.model_id),
+        pg_catalog.array_agg(m.dimension order by m.model_id)
+    into v_models, v_dims
+    from donto.embedding_model as m
+    where exists (select 1 from donto.embedding as e where e.model_id = m.model_id);
+    for i in 1 .. coalesce(pg_catalog.cardinality(v_models), 0) loop
+        execute pg_catalog.format(
+            'create index %I on donto.embedding using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
+            'embedding_hnsw_m' || v_models[i], v_dims[i], v_models[i]);
+    end loop;
+end;
+$$;
+
+comment on table donto.embedding is
+'Vectors of recall chunks per embedding model, with the chunk''s context (filled from the '
+'statement on insert), clustered by model and context (inserting a vector never updates a '
+'statement).';
+comment on index donto.embedding_context_idx is
+'The vectors of one context: recall''s exact scan of a small context.';
+
+
+insert into donto.migration (name, sha256) values ('011-recall-layout.sql', '19522c215ee3862f9558f4abcc933c0557bea3de5449ecb37bdfad8790337668');
+
 -- migrations/013-row-types.sql
 -- 013: row shapes that several functions return get a name of their own, so that
 -- they are declared once: donto.recall_hit (donto.recall, donto.recall_by_vector)
@@ -1464,6 +1538,85 @@ $$;
 comment on function donto.ensure_embedding_model(text, text, integer) is
 'Register an embedding model with its dimension (once); returns its id.';
 
+create or replace function donto._embedding_context()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Trigger body (before insert on donto.embedding): a vector's context is its
+statement's context, whatever the inserter wrote, so that recall can search one
+context's vectors alone (donto.recall_by_vector).
+*/
+begin
+    select s.context_id into new.context_id
+    from donto.statement as s where s.statement_id = new.statement_id;
+    return new;
+end;
+$$;
+
+comment on function donto._embedding_context() is
+'Trigger function: donto.embedding.context_id is the context of the vector''s statement.';
+
+drop trigger if exists embedding_context on donto.embedding;
+create trigger embedding_context before insert on donto.embedding
+for each row execute function donto._embedding_context();
+
+create or replace function donto.ensure_context_indexes(p_model_id integer)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Create the missing HNSW cosine indexes of one model for the contexts holding
+more than donto.recall_exact_max() of its vectors: one partial index per context
+(embedding_hnsw_m<model>_c<context>), so that recall in that context reads that
+index alone, whatever else is stored; smaller contexts are scanned exactly.
+Returns how many indexes were created (a second call creates none). Index names
+and bounds are built from the model's and contexts' id numbers only.
+*/
+declare
+    v_dim integer;
+    v_min bigint := donto.recall_exact_max();
+    v_name text;
+    v_n integer := 0;
+    v_ctxs bigint[];
+    v_ctx bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2063, p_model_id);
+    -- The contexts first (no scan of donto.embedding may be open during CREATE INDEX).
+    select pg_catalog.array_agg(x.context_id order by x.context_id) into v_ctxs
+    from (
+        select e.context_id from donto.embedding as e
+        where e.model_id = p_model_id
+        group by e.context_id
+        having pg_catalog.count(*) > v_min
+    ) as x;
+    foreach v_ctx in array coalesce(v_ctxs, '{}') loop
+        v_name := pg_catalog.format('embedding_hnsw_m%s_c%s', p_model_id, v_ctx);
+        continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
+        execute pg_catalog.format(
+            'create index %I on donto.embedding using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s and context_id = %s',
+            v_name, v_dim, p_model_id, v_ctx);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ensure_context_indexes(integer) is
+'Create the HNSW (cosine) index of each context above donto.recall_exact_max() vectors of '
+'one model, if missing; returns how many were created.';
+
 create or replace function donto.ensure_embedding_index(p_model_id integer)
 returns text
 language plpgsql
@@ -1471,7 +1624,11 @@ volatile
 security definer
 set search_path to pg_catalog, public, pg_temp
 as $$
-/* Create (if missing) the partial HNSW cosine index of one model; return its name. */
+/*
+Create (if missing) the partial HNSW cosine index of one model over
+donto.embedding (embedding_hnsw_m<model>, recall over every context) and the
+per-context ones (donto.ensure_context_indexes); return the per-model index's name.
+*/
 declare
     v_dim integer;
     v_name text := 'embedding_hnsw_m' || p_model_id;
@@ -1484,12 +1641,14 @@ begin
         'create index if not exists %I on donto.embedding using hnsw '
         '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
         v_name, v_dim, p_model_id);
+    perform donto.ensure_context_indexes(p_model_id);
     return v_name;
 end;
 $$;
 
 comment on function donto.ensure_embedding_index(integer) is
-'Create the HNSW (cosine) index of one embedding model over donto.embedding, if missing.';
+'Create the HNSW (cosine) indexes of one embedding model over donto.embedding, if missing: '
+'one over every context and one per large context (donto.ensure_context_indexes).';
 
 create or replace function donto.embedding_model_id(model text default null)
 returns integer
@@ -1548,6 +1707,25 @@ $$;
 
 comment on function donto._recall_setting(text, text) is
 'A recall tuning setting (custom GUC donto.<name>) or its default.';
+
+create or replace function donto.recall_exact_max()
+returns bigint
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The largest context (in chunks) that recall's vector arm scans exactly (setting
+donto.recall_exact_max, default 10,000); a context with more vectors gets an
+HNSW index of its own (donto.ensure_embedding_index).
+*/
+    select donto._recall_setting('recall_exact_max', '10000')::bigint;
+$$;
+
+comment on function donto.recall_exact_max() is
+'Contexts of at most this many chunks are searched exactly (setting donto.recall_exact_max, '
+'default 10,000); larger ones get their own HNSW index.';
 
 create or replace function donto._recall_lexical(
     p_query text, p_context_id bigint, p_as_of timestamptz, p_pool integer
@@ -1771,13 +1949,17 @@ as $$
 Top-K recall chunks for a query vector (and its text, for the lexical arm).
 
 ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates: the
-vector arm by cosine distance, the lexical arm by donto._recall_lexical. When
-the searched chunks are at most donto.recall_exact_max (default 50,000) the
-vector arm scans them exactly and POOL defaults to max(10 k, 100); above that it
-uses the HNSW index with iterative scans (filters never return fewer than k
-rows) and POOL defaults to max(4 k, 40); hnsw.ef_search is 1.1 POOL times the
-index's rows per searched chunk, that ratio capped at 2 (at least 40, at most
-1,000).
+vector arm by cosine distance, the lexical arm by donto._recall_lexical. The
+vector arm of one context reads that context's vectors alone: through its own
+HNSW index when it has one (more than donto.recall_exact_max() chunks, default
+10,000, see donto.ensure_embedding_index), else by an exact scan of its rows
+(POOL defaults to max(10 k, 100)) when it has at most that many. Otherwise
+(every context, or a large context whose index is not built yet) it uses the
+model's HNSW index over every context. HNSW scans are iterative (filters never
+return fewer than k rows), POOL defaults to max(4 k, 40) and hnsw.ef_search is
+1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
+least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
+per-context access paths (the layout before migration 011, for comparison).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -1802,7 +1984,9 @@ declare
     v_ctx bigint;
     v_pool integer;
     v_exact boolean := true;
-    v_exact_max bigint := donto._recall_setting('recall_exact_max', '50000')::bigint;
+    v_exact_max bigint := donto.recall_exact_max();
+    v_layout text := donto._recall_setting('recall_layout', 'context');
+    v_own_index boolean := false;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
     v_n bigint;
@@ -1824,6 +2008,10 @@ begin
     if arms is null or arms not in ('vector', 'lexical', 'hybrid') then
         raise exception 'donto.recall: arms must be vector, lexical or hybrid, not %', arms
             using errcode = '22023';
+    end if;
+    if v_layout not in ('context', 'model') then
+        raise exception 'donto.recall: setting donto.recall_layout must be context or model, not %',
+            v_layout using errcode = '22023';
     end if;
     if v_unit not in ('exchange', 'chunk') then
         raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
@@ -1857,7 +2045,16 @@ begin
         from donto.x_memory_record as m where m.projection_id = p.projection_id
     ) as x
     where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
-    v_exact := v_n <= v_exact_max;
+    -- A context with an HNSW index of its own (donto.ensure_embedding_index) is
+    -- searched through it; else up to recall_exact_max chunks exactly, above
+    -- that through the model's index over every context. Setting
+    -- donto.recall_layout = 'model' ignores the context's own vectors (the
+    -- layout before migration 011, for comparison).
+    if arms <> 'lexical' and v_ctx is not null and v_layout = 'context' then
+        v_own_index := pg_catalog.to_regclass(pg_catalog.format(
+            'donto.embedding_hnsw_m%s_c%s', v_model, v_ctx)) is not null;
+    end if;
+    v_exact := not v_own_index and v_n <= v_exact_max;
     v_pool := coalesce(pool, case when v_exact then greatest(k * 10, 100)
                                   else greatest(k * 4, 40) end);
     if arms <> 'lexical' then
@@ -1867,6 +2064,9 @@ begin
         -- yields the pool on a large context; iterative scans do the rest.
         select greatest(1, c.reltuples)::float8 into v_total
         from pg_catalog.pg_class as c where c.oid = 'donto.embedding'::regclass;
+        if v_own_index then
+            v_total := v_n;
+        end if;
         perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(
             40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
         ))::integer::text, true);
@@ -1879,7 +2079,7 @@ begin
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
                 inner join donto.statement as s on e.statement_id = s.statement_id
-                where $5 and e.model_id = %3$s
+                where $5 and e.model_id = %3$s %4$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
@@ -1994,7 +2194,10 @@ begin
         coalesce(v_dim, 1),
         -- "+ 0" hides the expression from the HNSW index: an exact scan.
         case when v_exact then '+ 0' else '' end,
-        coalesce(v_model, 0))
+        coalesce(v_model, 0),
+        -- The context's own vectors (its index, or embedding_context_idx).
+        case when v_ctx is not null and v_layout = 'context'
+             then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
     using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
           arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k
     loop

@@ -253,6 +253,85 @@ $$;
 comment on function donto.ensure_embedding_model(text, text, integer) is
 'Register an embedding model with its dimension (once); returns its id.';
 
+create or replace function donto._embedding_context()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Trigger body (before insert on donto.embedding): a vector's context is its
+statement's context, whatever the inserter wrote, so that recall can search one
+context's vectors alone (donto.recall_by_vector).
+*/
+begin
+    select s.context_id into new.context_id
+    from donto.statement as s where s.statement_id = new.statement_id;
+    return new;
+end;
+$$;
+
+comment on function donto._embedding_context() is
+'Trigger function: donto.embedding.context_id is the context of the vector''s statement.';
+
+drop trigger if exists embedding_context on donto.embedding;
+create trigger embedding_context before insert on donto.embedding
+for each row execute function donto._embedding_context();
+
+create or replace function donto.ensure_context_indexes(p_model_id integer)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Create the missing HNSW cosine indexes of one model for the contexts holding
+more than donto.recall_exact_max() of its vectors: one partial index per context
+(embedding_hnsw_m<model>_c<context>), so that recall in that context reads that
+index alone, whatever else is stored; smaller contexts are scanned exactly.
+Returns how many indexes were created (a second call creates none). Index names
+and bounds are built from the model's and contexts' id numbers only.
+*/
+declare
+    v_dim integer;
+    v_min bigint := donto.recall_exact_max();
+    v_name text;
+    v_n integer := 0;
+    v_ctxs bigint[];
+    v_ctx bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2063, p_model_id);
+    -- The contexts first (no scan of donto.embedding may be open during CREATE INDEX).
+    select pg_catalog.array_agg(x.context_id order by x.context_id) into v_ctxs
+    from (
+        select e.context_id from donto.embedding as e
+        where e.model_id = p_model_id
+        group by e.context_id
+        having pg_catalog.count(*) > v_min
+    ) as x;
+    foreach v_ctx in array coalesce(v_ctxs, '{}') loop
+        v_name := pg_catalog.format('embedding_hnsw_m%s_c%s', p_model_id, v_ctx);
+        continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
+        execute pg_catalog.format(
+            'create index %I on donto.embedding using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s and context_id = %s',
+            v_name, v_dim, p_model_id, v_ctx);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ensure_context_indexes(integer) is
+'Create the HNSW (cosine) index of each context above donto.recall_exact_max() vectors of '
+'one model, if missing; returns how many were created.';
+
 create or replace function donto.ensure_embedding_index(p_model_id integer)
 returns text
 language plpgsql
@@ -260,7 +339,11 @@ volatile
 security definer
 set search_path to pg_catalog, public, pg_temp
 as $$
-/* Create (if missing) the partial HNSW cosine index of one model; return its name. */
+/*
+Create (if missing) the partial HNSW cosine index of one model over
+donto.embedding (embedding_hnsw_m<model>, recall over every context) and the
+per-context ones (donto.ensure_context_indexes); return the per-model index's name.
+*/
 declare
     v_dim integer;
     v_name text := 'embedding_hnsw_m' || p_model_id;
@@ -273,12 +356,14 @@ begin
         'create index if not exists %I on donto.embedding using hnsw '
         '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
         v_name, v_dim, p_model_id);
+    perform donto.ensure_context_indexes(p_model_id);
     return v_name;
 end;
 $$;
 
 comment on function donto.ensure_embedding_index(integer) is
-'Create the HNSW (cosine) index of one embedding model over donto.embedding, if missing.';
+'Create the HNSW (cosine) indexes of one embedding model over donto.embedding, if missing: '
+'one over every context and one per large context (donto.ensure_context_indexes).';
 
 create or replace function donto.embedding_model_id(model text default null)
 returns integer
@@ -337,6 +422,25 @@ $$;
 
 comment on function donto._recall_setting(text, text) is
 'A recall tuning setting (custom GUC donto.<name>) or its default.';
+
+create or replace function donto.recall_exact_max()
+returns bigint
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The largest context (in chunks) that recall's vector arm scans exactly (setting
+donto.recall_exact_max, default 10,000); a context with more vectors gets an
+HNSW index of its own (donto.ensure_embedding_index).
+*/
+    select donto._recall_setting('recall_exact_max', '10000')::bigint;
+$$;
+
+comment on function donto.recall_exact_max() is
+'Contexts of at most this many chunks are searched exactly (setting donto.recall_exact_max, '
+'default 10,000); larger ones get their own HNSW index.';
 
 create or replace function donto._recall_lexical(
     p_query text, p_context_id bigint, p_as_of timestamptz, p_pool integer
@@ -560,13 +664,17 @@ as $$
 Top-K recall chunks for a query vector (and its text, for the lexical arm).
 
 ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates: the
-vector arm by cosine distance, the lexical arm by donto._recall_lexical. When
-the searched chunks are at most donto.recall_exact_max (default 50,000) the
-vector arm scans them exactly and POOL defaults to max(10 k, 100); above that it
-uses the HNSW index with iterative scans (filters never return fewer than k
-rows) and POOL defaults to max(4 k, 40); hnsw.ef_search is 1.1 POOL times the
-index's rows per searched chunk, that ratio capped at 2 (at least 40, at most
-1,000).
+vector arm by cosine distance, the lexical arm by donto._recall_lexical. The
+vector arm of one context reads that context's vectors alone: through its own
+HNSW index when it has one (more than donto.recall_exact_max() chunks, default
+10,000, see donto.ensure_embedding_index), else by an exact scan of its rows
+(POOL defaults to max(10 k, 100)) when it has at most that many. Otherwise
+(every context, or a large context whose index is not built yet) it uses the
+model's HNSW index over every context. HNSW scans are iterative (filters never
+return fewer than k rows), POOL defaults to max(4 k, 40) and hnsw.ef_search is
+1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
+least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
+per-context access paths (the layout before migration 011, for comparison).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -591,7 +699,9 @@ declare
     v_ctx bigint;
     v_pool integer;
     v_exact boolean := true;
-    v_exact_max bigint := donto._recall_setting('recall_exact_max', '50000')::bigint;
+    v_exact_max bigint := donto.recall_exact_max();
+    v_layout text := donto._recall_setting('recall_layout', 'context');
+    v_own_index boolean := false;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
     v_n bigint;
@@ -613,6 +723,10 @@ begin
     if arms is null or arms not in ('vector', 'lexical', 'hybrid') then
         raise exception 'donto.recall: arms must be vector, lexical or hybrid, not %', arms
             using errcode = '22023';
+    end if;
+    if v_layout not in ('context', 'model') then
+        raise exception 'donto.recall: setting donto.recall_layout must be context or model, not %',
+            v_layout using errcode = '22023';
     end if;
     if v_unit not in ('exchange', 'chunk') then
         raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
@@ -646,7 +760,16 @@ begin
         from donto.x_memory_record as m where m.projection_id = p.projection_id
     ) as x
     where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
-    v_exact := v_n <= v_exact_max;
+    -- A context with an HNSW index of its own (donto.ensure_embedding_index) is
+    -- searched through it; else up to recall_exact_max chunks exactly, above
+    -- that through the model's index over every context. Setting
+    -- donto.recall_layout = 'model' ignores the context's own vectors (the
+    -- layout before migration 011, for comparison).
+    if arms <> 'lexical' and v_ctx is not null and v_layout = 'context' then
+        v_own_index := pg_catalog.to_regclass(pg_catalog.format(
+            'donto.embedding_hnsw_m%s_c%s', v_model, v_ctx)) is not null;
+    end if;
+    v_exact := not v_own_index and v_n <= v_exact_max;
     v_pool := coalesce(pool, case when v_exact then greatest(k * 10, 100)
                                   else greatest(k * 4, 40) end);
     if arms <> 'lexical' then
@@ -656,6 +779,9 @@ begin
         -- yields the pool on a large context; iterative scans do the rest.
         select greatest(1, c.reltuples)::float8 into v_total
         from pg_catalog.pg_class as c where c.oid = 'donto.embedding'::regclass;
+        if v_own_index then
+            v_total := v_n;
+        end if;
         perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(
             40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
         ))::integer::text, true);
@@ -668,7 +794,7 @@ begin
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
                 inner join donto.statement as s on e.statement_id = s.statement_id
-                where $5 and e.model_id = %3$s
+                where $5 and e.model_id = %3$s %4$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
@@ -783,7 +909,10 @@ begin
         coalesce(v_dim, 1),
         -- "+ 0" hides the expression from the HNSW index: an exact scan.
         case when v_exact then '+ 0' else '' end,
-        coalesce(v_model, 0))
+        coalesce(v_model, 0),
+        -- The context's own vectors (its index, or embedding_context_idx).
+        case when v_ctx is not null and v_layout = 'context'
+             then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
     using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
           arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k
     loop
