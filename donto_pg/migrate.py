@@ -38,6 +38,9 @@ EXTENSION_DIR = ROOT / "extension"
 HEAD = "000-head.sql"
 _NAME = re.compile(r"^(\d{3})-[a-z0-9-]+\.sql$")
 _LOCK_KEY = 2055
+# The session setting that lets a transaction change the donto schema past the DDL guard
+# (sql/095-ddl-guard.sql); migrate and the extension scripts set it for themselves.
+ALLOW_DDL = "donto.allow_ddl"
 
 
 class MigrationError(RuntimeError):
@@ -187,6 +190,9 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
         raise MigrationError("migrate needs a connection with autocommit off")
     try:
         conn.execute("select pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        # The DDL guard (sql/095-ddl-guard.sql) lets this transaction, and only it, change
+        # the donto schema.
+        conn.execute(f"select set_config('{ALLOW_DDL}', 'on', true)")
         if _extension_installed(conn):
             raise MigrationError(
                 "this database uses CREATE EXTENSION donto: upgrade it with "
@@ -248,8 +254,21 @@ _CONFIG_DUMP = (
 )
 
 
+# The extension scripts open the DDL guard for themselves (ddl_command_end knows it runs
+# in an extension script, sql_drop does not) and restore the session's value at the end.
+_ALLOW_DDL_ON = (
+    "select pg_catalog.set_config('donto._allow_ddl_was', "
+    f"coalesce(pg_catalog.current_setting('{ALLOW_DDL}', true), ''), true);\n"
+    f"select pg_catalog.set_config('{ALLOW_DDL}', 'on', true);"
+)
+_ALLOW_DDL_RESTORE = (
+    f"select pg_catalog.set_config('{ALLOW_DDL}', "
+    "pg_catalog.current_setting('donto._allow_ddl_was'), true);"
+)
+
+
 def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> str:
-    parts = [title, f'\\echo Use "{use}" to load this file. \\quit']
+    parts = [title, f'\\echo Use "{use}" to load this file. \\quit', _ALLOW_DDL_ON]
     if head_text is not None:
         parts.append(f"-- {HEAD}\n{head_text}")
     for m in ms:
@@ -260,6 +279,7 @@ def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> st
     for s in idempotent_sources():
         parts.append(f"-- sql/{s.name}\n{s.text}")
     parts.append(_CONFIG_DUMP)
+    parts.append(_ALLOW_DDL_RESTORE)
     return "\n\n".join(parts) + "\n"
 
 

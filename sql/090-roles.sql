@@ -2,7 +2,8 @@
 --   donto_reader: reads every table and view, calls the read-only functions
 --                 (recall, audit, rendering); cannot write.
 --   donto_writer: reads, and writes ONLY through the security-definer
---                 functions (register_revision, project_recall, ...).
+--                 functions (register_revision, project_recall, ...), except
+--                 INSERT of vectors into donto.embedding (checked by a trigger).
 -- Nobody is granted UPDATE, DELETE or TRUNCATE on a fact table (I3); the
 -- triggers of 010-append-only.sql refuse them even for the owner.
 
@@ -25,6 +26,10 @@ revoke create on schema donto from public;
 
 revoke all on all tables in schema donto from public, donto_reader, donto_writer;
 grant select on all tables in schema donto to donto_reader, donto_writer;
+-- The one direct write: vectors, by binary COPY into the writer's own temp table and
+-- donto.ingest_embeddings / ingest_measure_embeddings (security invoker). The trigger
+-- donto._check_embeddings refuses a vector of anything but a recall key.
+grant insert (statement_id, model_id, embedding) on donto.embedding to donto_writer;
 revoke update, delete, truncate on all tables in schema donto from current_user;
 grant update, delete, truncate on donto.setting to current_user;
 
