@@ -9,6 +9,30 @@ Functions take ``plpy`` as their first argument when they need the database.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
+
+#: Seconds between two looks at PostgreSQL's interrupt flags (see interrupt_check).
+_CHECK_EVERY = 0.05
+
+
+def interrupt_check(plpy) -> Callable[[], None]:
+    """A ``check()`` for long Python loops: at most every 50 ms it runs ``select 1``
+    through SPI, where PostgreSQL acts on a pending cancel request or an expired
+    ``statement_timeout`` (the query is cancelled with SQLSTATE 57014, raised here as a
+    PL/Python exception that ends the function). Pure Python loops never see those
+    otherwise."""
+    plan = plpy.prepare("select 1")
+    last = time.monotonic()
+
+    def check() -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= _CHECK_EVERY:
+            last = now
+            plpy.execute(plan)
+
+    return check
 
 
 def recall_windows(plpy, revision_id: int, window: int) -> list[tuple]:
@@ -193,12 +217,19 @@ def render_for_extraction(plpy, block_id: int, run_id: int | None) -> str:
 
 def anchor_in_revision(plpy, revision_id: int, quote: str | None,
                        near: int | None) -> list[tuple]:
-    """[(char_start, char_end, method, score)] of a quote in the full body, or []."""
+    """[(char_start, char_end, method, score)] of a quote in the full body, or [].
+
+    A quote longer than claims.MAX_FIELD_CHARS (the longest a claim may quote) is refused
+    (22023); the search honours cancellation and statement_timeout (interrupt_check)."""
     from donto_pg.anchor import anchor
+    from donto_pg.claims import MAX_FIELD_CHARS
 
     if quote is None or not quote.strip():
         return []
-    hit = anchor(revision_body(plpy, revision_id), quote, near)
+    if len(quote) > MAX_FIELD_CHARS:
+        plpy.error(f"donto.anchor: the quote has {len(quote)} characters, more than "
+                   f"{MAX_FIELD_CHARS}", sqlstate="22023")
+    hit = anchor(revision_body(plpy, revision_id), quote, near, check=interrupt_check(plpy))
     return [] if hit is None else [hit]
 
 
