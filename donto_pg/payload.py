@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -612,10 +612,30 @@ def tokenizer_for_model(name: str | None, source: str | None) -> str | None:
             f"(source {source!r}): {exc}") from exc
 
 
+@dataclass(frozen=True)
+class _Interruptible:
+    """A :class:`Counter` that calls ``check`` before each count (see recall_payload_sql)."""
+
+    inner: Counter
+    check: Callable[[], None]
+
+    def count(self, text: str) -> int:
+        self.check()
+        return self.inner.count(text)
+
+    def boundaries(self, text: str) -> list[int]:
+        self.check()
+        return self.inner.boundaries(text)
+
+
 def recall_payload_sql(plpy: Any, query: str, max_tokens: int, k: int,
                        chunk_tokens: int | None, context: str | None, as_of: str | None,
                        model: str | None) -> str:
-    """Body of ``donto.recall_payload``: recall, pack, return the payload as JSON text."""
+    """Body of ``donto.recall_payload``: recall, pack, return the payload as JSON text.
+    Packing honours cancellation and statement_timeout: every count looks (now and
+    then) at PostgreSQL's interrupt flags."""
+    from donto_pg.plpy_entry import interrupt_check
+
     try:
         if max_tokens is None or max_tokens < 1:
             raise PayloadError(
@@ -639,7 +659,8 @@ def recall_payload_sql(plpy: Any, query: str, max_tokens: int, k: int,
             for r in rows
         ]
         payload = build_payload(query, hits, max_tokens, chunk_tokens,
-                                counter=TokenizerCounter(tokenizer))
+                                counter=_Interruptible(TokenizerCounter(tokenizer),
+                                                       interrupt_check(plpy)))
     except PayloadError as exc:
         plpy.error(str(exc), sqlstate="22023")
         raise  # plpy.error raises; this line is never reached

@@ -703,11 +703,43 @@ volatile
 set search_path to pg_catalog, public, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+plpy.execute(plpy.prepare("select donto._check_query($1, 'donto.embed_query', true)", ['text']),
+             [query])
 return GD['donto_pg'].embed_query(query, model)
 $py$;
 
 comment on function donto.embed_query(text, text) is
 'Embed a text inside the database with a sentence-transformers model (cached per backend).';
+
+create or replace function donto._check_query(
+    p_query text, p_function text, p_blank_ok boolean default false
+)
+returns void
+language plpgsql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (22023) a recall query that is null, empty or only blanks (spaces, tabs,
+newlines: unless P_BLANK_OK), or longer than 10,000 characters (a question, not a
+document: the embedder reads its first few hundred tokens, and every function a
+reader may call does bounded work). P_FUNCTION names the caller in the message.
+*/
+begin
+    if not p_blank_ok and (p_query is null or p_query ~ '^[[:space:]]*$') then
+        raise exception '%: query is empty', p_function using errcode = '22023';
+    end if;
+    if pg_catalog.char_length(p_query) > 10000 then
+        raise exception '%: the query has % characters, more than 10,000', p_function,
+            pg_catalog.char_length(p_query) using errcode = '22023';
+    end if;
+end;
+$$;
+
+comment on function donto._check_query(text, text, boolean) is
+'Refuse (22023) an empty or blank-only recall query, or one over 10,000 characters.';
 
 create or replace function donto._recall_setting(p_name text, p_default text)
 returns text
@@ -778,6 +810,7 @@ declare
     v_scores double precision[];
     r record;
 begin
+    perform donto._check_query(p_query, 'donto._recall_lexical', true);
     select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
     into v_terms, v_tqs
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
@@ -978,6 +1011,7 @@ declare
     v_clash boolean;
     r record;
 begin
+    perform donto._check_query(query, 'donto.recall_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
@@ -1212,9 +1246,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
-    if query is null or btrim(query) = '' then
-        raise exception 'donto.recall: query is empty' using errcode = '22023';
-    end if;
+    perform donto._check_query(query, 'donto.recall');
     if arms <> 'lexical' then
         select m.name into v_model from donto.embedding_model as m
         where m.model_id = donto.embedding_model_id(model);
@@ -2993,6 +3025,7 @@ declare
     v_model integer;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.ab_recall_units', true);
     if k is null or k < 1 then
         raise exception 'donto.ab_recall_units: k must be >= 1' using errcode = '22023';
     end if;
@@ -3501,6 +3534,7 @@ declare
     v_ctx bigint;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.recall_summaries_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall_summaries: k must be >= 1' using errcode = '22023';
     end if;
@@ -3622,9 +3656,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
-    if query is null or btrim(query) = '' then
-        raise exception 'donto.recall_summaries: query is empty' using errcode = '22023';
-    end if;
+    perform donto._check_query(query, 'donto.recall_summaries');
     if arms <> 'lexical' then
         select m.name into v_model from donto.embedding_model as m
         where m.model_id = donto.embedding_model_id(model);
@@ -3723,17 +3755,23 @@ declare
     v_fn regprocedure;
 begin
     -- Read-only API for donto_reader: every function that is not volatile,
-    -- plus the PL/Python loader and the read-only volatile ones named here.
+    -- plus the PL/Python loader and the read-only volatile ones named here; not the
+    -- PL/Python helpers of the projections (_recall_windows, _extraction_blocks, ...),
+    -- whose work grows with their arguments: the definers call them as the owner.
+    revoke execute on all functions in schema donto from donto_reader;
     for v_fn in
         select p.oid::regprocedure
         from pg_catalog.pg_proc as p
         inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
+        inner join pg_catalog.pg_language as l on p.prolang = l.oid
         where n.nspname = 'donto'
               and p.prokind = 'f'
               and (p.provolatile <> 'v'
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor'))
+              and not (l.lanname = 'plpython3u' and p.proname like '\_%'
+                       and p.proname <> '_py_boot')
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;

@@ -486,6 +486,7 @@ declare
     v_model integer;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.ab_recall_units', true);
     if k is null or k < 1 then
         raise exception 'donto.ab_recall_units: k must be >= 1' using errcode = '22023';
     end if;
@@ -994,6 +995,7 @@ declare
     v_ctx bigint;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.recall_summaries_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall_summaries: k must be >= 1' using errcode = '22023';
     end if;
@@ -1115,9 +1117,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
-    if query is null or btrim(query) = '' then
-        raise exception 'donto.recall_summaries: query is empty' using errcode = '22023';
-    end if;
+    perform donto._check_query(query, 'donto.recall_summaries');
     if arms <> 'lexical' then
         select m.name into v_model from donto.embedding_model as m
         where m.model_id = donto.embedding_model_id(model);

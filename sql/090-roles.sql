@@ -43,17 +43,23 @@ declare
     v_fn regprocedure;
 begin
     -- Read-only API for donto_reader: every function that is not volatile,
-    -- plus the PL/Python loader and the read-only volatile ones named here.
+    -- plus the PL/Python loader and the read-only volatile ones named here; not the
+    -- PL/Python helpers of the projections (_recall_windows, _extraction_blocks, ...),
+    -- whose work grows with their arguments: the definers call them as the owner.
+    revoke execute on all functions in schema donto from donto_reader;
     for v_fn in
         select p.oid::regprocedure
         from pg_catalog.pg_proc as p
         inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
+        inner join pg_catalog.pg_language as l on p.prolang = l.oid
         where n.nspname = 'donto'
               and p.prokind = 'f'
               and (p.provolatile <> 'v'
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor'))
+              and not (l.lanname = 'plpython3u' and p.proname like '\_%'
+                       and p.proname <> '_py_boot')
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;
