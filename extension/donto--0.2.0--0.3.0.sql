@@ -2,6 +2,9 @@
 
 \echo Use "ALTER EXTENSION donto UPDATE" to load this file. \quit
 
+select pg_catalog.set_config('donto._allow_ddl_was', coalesce(pg_catalog.current_setting('donto.allow_ddl', true), ''), true);
+select pg_catalog.set_config('donto.allow_ddl', 'on', true);
+
 -- migrations/011-recall-layout.sql
 -- 011: the vectors of recall chunks carry their context (donto.embedding.context_id),
 -- stored clustered by (model, context), so that recall's vector arm reads only the
@@ -219,7 +222,8 @@ insert into donto.migration (name, sha256) values ('014-append.sql', '2dc4fe3cef
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
--- remove a fact, for any role, the owner included. Every table of schema
+-- remove a fact, for any role, the owner included, also with session_replication_role =
+-- replica (the triggers are ENABLE ALWAYS). Every table of schema
 -- donto is a fact table except donto.setting (configuration).
 -- A retraction is a new row (donto.retract); "current" and "as of" are
 -- views and functions over the history.
@@ -259,6 +263,9 @@ begin
         execute format(
             'create trigger i3_refuse before update or delete or truncate on %s '
             'for each statement execute function donto._refuse_mutation()', v_table);
+        -- ALWAYS: also under session_replication_role = replica (which skips ordinary
+        -- triggers), so not even the owner with that setting can change a fact.
+        execute format('alter table %s enable always trigger i3_refuse', v_table);
     end loop;
 end;
 $$;
@@ -333,6 +340,30 @@ comment on function donto.register_revision(text, text, jsonb) is
 'Register a body as an immutable, content-addressed (SHA-256) revision of a document; '
 'idempotent: the same body returns the same revision id.';
 
+create or replace function donto._turn_rows(p_turns jsonb)
+returns table (
+    seq integer, turn_id integer, role text, session integer, exchange integer,
+    time_anchor date, header_start integer, char_start integer, char_end integer, meta jsonb
+)
+language sql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* The rows of a JSON turn table (see donto.record_turns), one per array element. */
+    select x.seq, x.turn_id, x.role, x.session, x.exchange, x.date, x.header_start,
+           x.char_start, x.char_end, coalesce(x.meta, '{}')
+    from pg_catalog.jsonb_to_recordset(p_turns) as x (
+        seq integer, turn_id integer, role text, session integer, exchange integer,
+        date date, header_start integer, char_start integer, char_end integer, meta jsonb
+    );
+$$;
+
+comment on function donto._turn_rows(jsonb) is
+'The rows of a JSON turn table {seq, turn_id, role, session, exchange, date, header_start, '
+'char_start, char_end, meta} (donto.record_turns reads its argument through it).';
+
 create or replace function donto.record_turns(p_revision_id bigint, p_turns jsonb)
 returns integer
 language plpgsql
@@ -361,19 +392,9 @@ begin
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2057, p_revision_id::integer);
 
-    create temp table if not exists _donto_turns (
-        seq integer, turn_id integer, role text, session integer, exchange integer,
-        time_anchor date, header_start integer, char_start integer, char_end integer, meta jsonb
-    ) on commit drop;
-    truncate _donto_turns;
-    insert into _donto_turns
-    select x.seq, x.turn_id, x.role, x.session, x.exchange, x.date, x.header_start,
-           x.char_start, x.char_end, coalesce(x.meta, '{}')
-    from pg_catalog.jsonb_to_recordset(p_turns) as x (
-        seq integer, turn_id integer, role text, session integer, exchange integer,
-        date date, header_start integer, char_start integer, char_end integer, meta jsonb
-    );
-    get diagnostics v_n = row_count;
+    -- The rows are read from the argument each time (donto._turn_rows), never staged in
+    -- a temp table: a definer must touch nothing a caller can create or shadow.
+    v_n := pg_catalog.jsonb_array_length(p_turns);
 
     select pg_catalog.format('turn seq %s: %s', t.seq, t.problem) into v_bad
     from (
@@ -399,7 +420,7 @@ begin
                 t.*,
                 (pg_catalog.row_number() over (order by t.seq) - 1)::integer as rn,
                 pg_catalog.lag(t.char_end) over (order by t.seq) as prev_end
-            from _donto_turns as t
+            from donto._turn_rows(p_turns) as t
         ) as s
     ) as t
     where t.problem is not null
@@ -415,7 +436,7 @@ begin
         if v_have = v_n and not exists (
             select t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
                    t.header_start, t.char_start, t.char_end
-            from _donto_turns as t
+            from donto._turn_rows(p_turns) as t
             except
             select t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
                    t.header_start, t.char_start, t.char_end
@@ -431,7 +452,7 @@ begin
                             header_start, char_start, char_end, meta)
     select p_revision_id, t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
            t.header_start, t.char_start, t.char_end, t.meta
-    from _donto_turns as t;
+    from donto._turn_rows(p_turns) as t;
     return v_n;
 end;
 $$;
@@ -936,45 +957,58 @@ declare
     v_n integer;
 begin
     perform pg_catalog.pg_advisory_xact_lock(2059, rev_id::integer);
-    create temp table _donto_lexical on commit drop as
-    select m.statement_id, m.projection_id, m.char_start, m.char_end,
-           s.object_lit ->> 'v' as chunk_text
-    from donto.x_memory_record as m
-    inner join donto.statement as s on m.statement_id = s.statement_id
-    where m.revision_id = rev_id
-          and not exists (select 1 from donto.x_memory_lexical as l
-                          where l.statement_id = m.statement_id);
-    -- The user's own words in each chunk: the content of user turns, cut to the chunk.
-    create index _donto_lexical_span on _donto_lexical
-    using gist (pg_catalog.int4range(char_start, char_end));
-    analyze _donto_lexical;
-    create temp table _donto_user_text on commit drop as
-    select
-        c.statement_id,
-        pg_catalog.string_agg(
-            pg_catalog.substr(
-                c.chunk_text,
-                greatest(t.char_start, c.char_start) - c.char_start + 1,
-                least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
-            ' ' order by t.seq
-        ) as user_text
-    from donto.turn as t
-    inner join _donto_lexical as c
-        on pg_catalog.int4range(c.char_start, c.char_end)
-        && pg_catalog.int4range(t.char_start, t.char_end)
-    where t.revision_id = rev_id and t.role = 'user'
-    group by c.statement_id;
+    -- One statement, no temp table (a definer touches nothing a caller can shadow). The
+    -- user turns overlapping a chunk [cs, ce) are the last turn whose header starts before
+    -- cs (turn spans are ordered and disjoint) and the turns whose headers start in
+    -- [cs, ce): two probes of donto.turn_revision_header_idx per chunk.
+    with c as materialized (
+        select m.statement_id, m.projection_id, m.char_start, m.char_end,
+               s.object_lit ->> 'v' as chunk_text
+        from donto.x_memory_record as m
+        inner join donto.statement as s on m.statement_id = s.statement_id
+        where m.revision_id = rev_id
+              and not exists (select 1 from donto.x_memory_lexical as l
+                              where l.statement_id = m.statement_id)
+    ),
+
+    u as (
+        -- The user's own words in each chunk: the content of user turns, cut to the chunk.
+        select
+            c.statement_id,
+            pg_catalog.string_agg(
+                pg_catalog.substr(
+                    c.chunk_text,
+                    greatest(t.char_start, c.char_start) - c.char_start + 1,
+                    least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
+                ' ' order by t.seq
+            ) as user_text
+        from c
+        cross join lateral (
+            (select t0.seq, t0.role, t0.char_start, t0.char_end
+             from donto.turn as t0
+             where t0.revision_id = rev_id and t0.header_start < c.char_start
+             order by t0.header_start desc, t0.seq desc
+             limit 1)
+            union all
+            (select t1.seq, t1.role, t1.char_start, t1.char_end
+             from donto.turn as t1
+             where t1.revision_id = rev_id and t1.header_start >= c.char_start
+                   and t1.header_start < c.char_end)
+        ) as t
+        where t.role = 'user' and t.char_start < t.char_end
+              and t.char_start < c.char_end and t.char_end > c.char_start
+        group by c.statement_id
+    )
+
     insert into donto.x_memory_lexical (statement_id, projection_id, tsv)
     select c.statement_id, c.projection_id,
            pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', c.chunk_text), 'D')
            || pg_catalog.setweight(
                pg_catalog.to_tsvector('pg_catalog.english', coalesce(u.user_text, '')), 'A')
-    from _donto_lexical as c
-    left join _donto_user_text as u on c.statement_id = u.statement_id
+    from c
+    left join u on c.statement_id = u.statement_id
     order by c.statement_id;
     get diagnostics v_n = row_count;
-    drop table _donto_user_text;
-    drop table _donto_lexical;
     return v_n;
 end;
 $$;
@@ -1167,6 +1201,36 @@ $py$;
 comment on function donto.embed_query(text, text) is
 'Embed a text inside the database with a sentence-transformers model (cached per backend).';
 
+create or replace function donto._check_query(
+    p_query text, p_function text, p_blank_ok boolean default false
+)
+returns void
+language plpgsql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (22023) a recall query that is null, empty or only blanks (spaces, tabs,
+newlines: unless P_BLANK_OK), or longer than 10,000 characters (a question, not a
+document: the embedder reads its first few hundred tokens, and every function a
+reader may call does bounded work). P_FUNCTION names the caller in the message.
+*/
+begin
+    if not p_blank_ok and (p_query is null or p_query ~ '^[[:space:]]*$') then
+        raise exception '%: query is empty', p_function using errcode = '22023';
+    end if;
+    if pg_catalog.char_length(p_query) > 10000 then
+        raise exception '%: the query has % characters, more than 10,000', p_function,
+            pg_catalog.char_length(p_query) using errcode = '22023';
+    end if;
+end;
+$$;
+
+comment on function donto._check_query(text, text, boolean) is
+'Refuse (22023) an empty or blank-only recall query, or one over 10,000 characters.';
+
 create or replace function donto._recall_setting(p_name text, p_default text)
 returns text
 language sql
@@ -1256,6 +1320,7 @@ declare
     v_scores double precision[];
     r record;
 begin
+    perform donto._check_query(p_query, 'donto._recall_lexical', true);
     select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
     into v_terms, v_tqs
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
@@ -1474,6 +1539,7 @@ declare
     v_hit donto.recall_hit;
     r record;
 begin
+    perform donto._check_query(query, 'donto.recall_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
@@ -1727,9 +1793,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
-    if query is null or btrim(query) = '' then
-        raise exception 'donto.recall: query is empty' using errcode = '22023';
-    end if;
+    perform donto._check_query(query, 'donto.recall');
     if arms <> 'lexical' then
         select m.name into v_model from donto.embedding_model as m
         where m.model_id = donto.embedding_model_id(model);
@@ -1744,18 +1808,75 @@ comment on function donto.recall(text, integer, text, timestamptz, text, text, i
 'Recall from psql: top-K chunks for a text query (hybrid vector + lexical, fused), '
 'with statement id, revision, char span, text, valid time, score and each arm''s rank.';
 
+create or replace function donto._check_embeddings()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Statement trigger on donto.embedding (AFTER INSERT, transition table new_rows): every
+vector added belongs to a recall key (a recall chunk, an A/B unit or a session summary)
+and has its model's dimension. donto_writer may INSERT into donto.embedding (the
+binary-COPY path of donto.ingest_embeddings), so the check lives on the table.
+A superuser restoring a dump (pg_dump scripts set check_function_bodies = off) is not
+checked: pg_dump orders an extension's table data by foreign keys only, so vectors may
+arrive before the recall keys they belong to.
+*/
+declare
+    v_bad bigint;
+begin
+    if pg_catalog.current_setting('is_superuser') = 'on'
+       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+        return null;
+    end if;
+    select n.statement_id into v_bad
+    from new_rows as n
+    inner join donto.embedding_model as m on n.model_id = m.model_id
+    where vector_dims(n.embedding) <> m.dimension
+          or not (exists (select 1 from donto.x_memory_record as r
+                          where r.statement_id = n.statement_id)
+                  or exists (select 1 from donto.ab_unit as u
+                             where u.statement_id = n.statement_id)
+                  or exists (select 1 from donto.x_session_summary as y
+                             where y.statement_id = n.statement_id))
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.embedding: statement % is not a recall key (chunk, A/B unit or '
+            'session summary) or its vector does not have its model''s dimension', v_bad
+            using errcode = '22023';
+    end if;
+    return null;
+end;
+$$;
+
+comment on function donto._check_embeddings() is
+'Trigger function: every vector inserted into donto.embedding belongs to a recall key and '
+'has its model''s dimension (SQLSTATE 22023 otherwise).';
+
+create or replace trigger embedding_check
+after insert on donto.embedding
+referencing new table as new_rows
+for each statement execute function donto._check_embeddings();
+
+alter table donto.embedding enable always trigger embedding_check;
+
 create or replace function donto.ingest_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move the vectors the caller staged (binary COPY into its temp table
+Move the vectors the caller staged (binary COPY into its own temp table
 _donto_embedding_stage(statement_id, embedding)) into donto.embedding for one
 model. Vectors that already exist are skipped (resumable); a wrong dimension or
 a statement that is not a recall chunk is refused. Returns the rows added.
+SECURITY INVOKER: it reads the caller's own temp table with the caller's rights
+(donto_writer may INSERT into donto.embedding, checked by donto._check_embeddings);
+a definer must never read what a caller can create.
 */
 declare
     v_dim integer;
@@ -1786,7 +1907,8 @@ end;
 $$;
 
 comment on function donto.ingest_embeddings(integer) is
-'Move staged vectors (temp table _donto_embedding_stage) into donto.embedding; skips existing.';
+'Move the caller''s staged vectors (its temp table _donto_embedding_stage) into '
+'donto.embedding; skips existing. Security invoker.';
 
 
 -- sql/060-questions.sql
@@ -2824,7 +2946,8 @@ comment on function donto.ingest_extraction(bigint, bigint, text, jsonb) is
 'Ingest a raw extractor response for (block, run): kept verbatim, parsed into claim statements '
 'anchored to revision character spans (evidence_link, src_chunk), with the block''s '
 'mem:chunkqual/v1 quality vector and fate; a claim stays current only when its quote '
-'anchors (or it is an unquoted hypothesis) and the response is not injected; over the claim cap, refused; '
+'anchors (or it is an unquoted hypothesis) and the response is not injected; over the claim '
+'cap, refused; '
 'idempotent per (block, run); returns a summary.';
 
 -- -- provenance and quality views -------------------------------------------------------
@@ -3223,57 +3346,66 @@ begin
     values (p_revision_id, 'extraction', v_strategy, v_params, v_ctx)
     returning projection_id into v_proj;
 
+    -- Straight from the block functions into the tables, no temp table (a definer touches
+    -- nothing a caller can create or shadow).
     if v_arm.strategy = 'fixed' then
-        create temp table _donto_ab_blocks on commit drop as
-        select * from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer);
+        insert into donto.extraction_block (
+            projection_id, revision_id, seq, kind, char_start, char_end, turns,
+            prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+        )
+        select
+            v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+            b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+            case when b.min_date is null then '(,)'::daterange
+                 else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+        from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer) as b
+        order by b.seq;
     else
-        create temp table _donto_ab_blocks on commit drop as
-        select * from donto._extraction_blocks(p_revision_id, v_arm.params);
+        insert into donto.extraction_block (
+            projection_id, revision_id, seq, kind, char_start, char_end, turns,
+            prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+        )
+        select
+            v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+            b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+            case when b.min_date is null then '(,)'::daterange
+                 else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+        from donto._extraction_blocks(p_revision_id, v_arm.params) as b
+        order by b.seq;
     end if;
 
-    insert into donto.extraction_block (
-        projection_id, revision_id, seq, kind, char_start, char_end, turns,
-        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    with u as materialized (
+        select
+            b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
+            donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
+            pg_catalog.nextval(
+                pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id')) as sid
+        from donto.extraction_block as b
+        where b.projection_id = v_proj
+    ),
+
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
+            derived_from_revision, char_start, char_end
+        ) overriding system value
+        select
+            u.sid, 'block:' || u.block_id, 'mem:measure/unit',
+            pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id,
+                                          'seq', u.seq, 'kind', u.kind),
+            v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
+        from u
+        order by u.seq
     )
-    select
-        v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
-        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
-        case when b.min_date is null then '(,)'::daterange
-             else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
-    from _donto_ab_blocks as b
-    order by b.seq;
-    drop table _donto_ab_blocks;
-
-    create temp table _donto_ab_units on commit drop as
-    select
-        b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
-        donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
-        pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id'))
-            as sid
-    from donto.extraction_block as b
-    where b.projection_id = v_proj;
-
-    insert into donto.statement (
-        statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
-        derived_from_revision, char_start, char_end
-    ) overriding system value
-    select
-        u.sid, 'block:' || u.block_id, 'mem:measure/unit',
-        pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id, 'seq', u.seq,
-                                      'kind', u.kind),
-        v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
-    from _donto_ab_units as u
-    order by u.seq;
 
     insert into donto.ab_unit (
         statement_id, arm_id, block_id, revision_id, char_start, char_end, tsv
     )
     select u.sid, v_arm.arm_id, u.block_id, p_revision_id, u.char_start, u.char_end,
            pg_catalog.to_tsvector('pg_catalog.english', u.unit_text)
-    from _donto_ab_units as u
+    from u
     order by u.seq;
     get diagnostics v_n = row_count;
-    drop table _donto_ab_units;
     return v_n;
 end;
 $$;
@@ -3389,14 +3521,16 @@ create or replace function donto.ingest_measure_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move vectors staged by the caller (temp table _donto_embedding_stage(statement_id,
+Move vectors staged by the caller (its own temp table _donto_embedding_stage(statement_id,
 embedding)) into donto.embedding for one model, for A/B units and session summaries
 only (recall chunks go through donto.ingest_embeddings). Existing vectors are kept;
 a wrong dimension or another kind of statement is refused. Returns the rows added.
+SECURITY INVOKER, like donto.ingest_embeddings: the caller's temp table is read with
+the caller's rights.
 */
 declare
     v_dim integer;
@@ -3430,8 +3564,8 @@ end;
 $$;
 
 comment on function donto.ingest_measure_embeddings(integer) is
-'Move staged vectors of A/B units and session summaries into donto.embedding (skips '
-'existing). Volatile, security definer.';
+'Move the caller''s staged vectors of A/B units and session summaries into donto.embedding '
+'(skips existing). Volatile, security invoker.';
 
 create or replace function donto.ab_reuse_embeddings(
     p_arm text, p_model_id integer, p_revision_ids bigint[]
@@ -3507,6 +3641,7 @@ declare
     v_model integer;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.ab_recall_units', true);
     if k is null or k < 1 then
         raise exception 'donto.ab_recall_units: k must be >= 1' using errcode = '22023';
     end if;
@@ -4035,6 +4170,7 @@ declare
     v_ctx bigint;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.recall_summaries_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall_summaries: k must be >= 1' using errcode = '22023';
     end if;
@@ -4156,6 +4292,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
+    perform donto._check_query(query, 'donto.recall_summaries');
     if query is null or btrim(query) = '' then
         raise exception 'donto.recall_summaries: query is empty' using errcode = '22023';
     end if;
@@ -4914,7 +5051,8 @@ comment on function donto.revision_lineage(bigint) is
 --   donto_reader: reads every table and view, calls the read-only functions
 --                 (recall, audit, rendering); cannot write.
 --   donto_writer: reads, and writes ONLY through the security-definer
---                 functions (register_revision, project_recall, ...).
+--                 functions (register_revision, project_recall, ...), except
+--                 INSERT of vectors into donto.embedding (checked by a trigger).
 -- Nobody is granted UPDATE, DELETE or TRUNCATE on a fact table (I3); the
 -- triggers of 010-append-only.sql refuse them even for the owner.
 
@@ -4937,6 +5075,10 @@ revoke create on schema donto from public;
 
 revoke all on all tables in schema donto from public, donto_reader, donto_writer;
 grant select on all tables in schema donto to donto_reader, donto_writer;
+-- The one direct write: vectors, by binary COPY into the writer's own temp table and
+-- donto.ingest_embeddings / ingest_measure_embeddings (security invoker). The trigger
+-- donto._check_embeddings refuses a vector of anything but a recall key.
+grant insert (statement_id, model_id, embedding) on donto.embedding to donto_writer;
 revoke update, delete, truncate on all tables in schema donto from current_user;
 grant update, delete, truncate on donto.setting to current_user;
 
@@ -4950,11 +5092,15 @@ declare
     v_fn regprocedure;
 begin
     -- Read-only API for donto_reader: every function that is not volatile,
-    -- plus the PL/Python loader and the read-only volatile ones named here.
+    -- plus the PL/Python loader and the read-only volatile ones named here; not the
+    -- PL/Python helpers of the projections (_recall_windows, _extraction_blocks, ...),
+    -- whose work grows with their arguments: the definers call them as the owner.
+    revoke execute on all functions in schema donto from donto_reader;
     for v_fn in
         select p.oid::regprocedure
         from pg_catalog.pg_proc as p
         inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
+        inner join pg_catalog.pg_language as l on p.prolang = l.oid
         where n.nspname = 'donto'
               and p.prokind = 'f'
               and (p.provolatile <> 'v'
@@ -4962,9 +5108,123 @@ begin
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor',
                                     'warmup', 'claims_as_of'))
+              and not (l.lanname = 'plpython3u' and p.proname like '\_%'
+                       and p.proname <> '_py_boot')
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;
+end;
+$$;
+
+
+-- sql/095-ddl-guard.sql
+-- The DDL guard (runs last). Outside `donto-pg migrate` and CREATE/ALTER EXTENSION, an
+-- event trigger refuses to drop, alter or replace the objects of schema donto (its
+-- tables, triggers, functions, views, the schema itself) unless the session opts in:
+--     set donto.allow_ddl = 'on';   -- or set_config('donto.allow_ddl', 'on', true)
+-- Creating a NEW table, index, sequence or type, COMMENT, GRANT and REVOKE stay
+-- free. An event trigger needs a superuser: a migrate run by a non-superuser owner
+-- leaves the guard out and says so in a NOTICE.
+-- The event trigger function lives in a schema of its own, donto_guard: a function in
+-- donto would be dropped, with its event triggers, by the very DROP SCHEMA donto CASCADE
+-- it must refuse.
+
+create schema if not exists donto_guard;
+
+comment on schema donto_guard is
+'donto-pg: the DDL guard''s event trigger function (see donto_guard.refuse_ddl).';
+
+revoke all on schema donto_guard from public;
+
+create or replace function donto_guard.refuse_ddl()
+returns event_trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Event trigger function (ddl_command_end and sql_drop): raise 42501 when a command
+changes or drops an object of schema donto (or the schema itself, also under another
+name), unless donto.allow_ddl is 'on' (set by donto-pg migrate and the extension
+scripts for their own transaction) or the command runs inside an extension script.
+Objects of other schemas, temporary objects included, are never refused.
+*/
+declare
+    v_nsp oid := pg_catalog.to_regnamespace('donto');
+    v_what text;
+begin
+    if coalesce(pg_catalog.current_setting('donto.allow_ddl', true), '') = 'on' then
+        return;
+    end if;
+    if tg_event = 'sql_drop' then
+        select d.object_type || ' ' || d.object_identity into v_what
+        from pg_catalog.pg_event_trigger_dropped_objects() as d
+        where not d.is_temporary
+              and (d.schema_name = 'donto'
+                   or (d.object_type = 'schema' and d.object_identity = 'donto'))
+        limit 1;
+    elsif tg_tag not in ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'CREATE INDEX',
+                         'CREATE SEQUENCE', 'CREATE TYPE', 'COMMENT', 'GRANT', 'REVOKE') then
+        select c.object_type || ' ' || c.object_identity into v_what
+        from pg_catalog.pg_event_trigger_ddl_commands() as c
+        where not c.in_extension
+              and (c.object_type = 'schema' and exists (
+                       -- the donto schema, renamed: it holds the I3 trigger function
+                       select 1 from pg_catalog.pg_proc as p
+                       where p.pronamespace = c.objid and p.proname = '_refuse_mutation')
+                   or case c.object_type
+                  when 'schema' then c.objid
+                  when 'trigger' then (
+                      select r.relnamespace from pg_catalog.pg_trigger as t
+                      inner join pg_catalog.pg_class as r on t.tgrelid = r.oid
+                      where t.oid = c.objid)
+                  when 'rule' then (
+                      select r.relnamespace from pg_catalog.pg_rewrite as w
+                      inner join pg_catalog.pg_class as r on w.ev_class = r.oid
+                      where w.oid = c.objid)
+                  when 'policy' then (
+                      select r.relnamespace from pg_catalog.pg_policy as y
+                      inner join pg_catalog.pg_class as r on y.polrelid = r.oid
+                      where y.oid = c.objid)
+                  else (select n.oid from pg_catalog.pg_namespace as n
+                        where n.nspname = c.schema_name)
+                  end = v_nsp)
+        limit 1;
+    end if;
+    if v_what is not null then
+        raise exception 'donto: % of % is refused outside donto-pg migrate', tg_tag, v_what
+            using errcode = '42501',
+            hint = 'Schema changes go through donto-pg migrate or ALTER EXTENSION donto '
+                   'UPDATE. To change it by hand, first: set donto.allow_ddl = ''on''.';
+    end if;
+end;
+$$;
+
+comment on function donto_guard.refuse_ddl() is
+'Event trigger function: refuses DROP/ALTER/CREATE OR REPLACE of schema donto''s objects '
+'outside donto-pg migrate and the extension scripts unless donto.allow_ddl = ''on''.';
+
+do $$
+begin
+    if not (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = current_user) then
+        raise notice 'donto: % is not a superuser: the DDL guard (event trigger '
+            'donto_guard_ddl, see donto.allow_ddl) is not installed', current_user;
+        return;
+    end if;
+    if not exists (select 1 from pg_catalog.pg_event_trigger as e
+                   where e.evtname = 'donto_guard_ddl_end') then
+        create event trigger donto_guard_ddl_end on ddl_command_end
+        execute function donto_guard.refuse_ddl();
+    end if;
+    if not exists (select 1 from pg_catalog.pg_event_trigger as e
+                   where e.evtname = 'donto_guard_ddl') then
+        create event trigger donto_guard_ddl on sql_drop
+        execute function donto_guard.refuse_ddl();
+    end if;
+    -- Also under session_replication_role = replica.
+    alter event trigger donto_guard_ddl_end enable always;
+    alter event trigger donto_guard_ddl enable always;
 end;
 $$;
 
@@ -5657,3 +5917,5 @@ begin
 end;
 $$;
 
+
+select pg_catalog.set_config('donto.allow_ddl', pg_catalog.current_setting('donto._allow_ddl_was'), true);

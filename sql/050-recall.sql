@@ -176,45 +176,58 @@ declare
     v_n integer;
 begin
     perform pg_catalog.pg_advisory_xact_lock(2059, rev_id::integer);
-    create temp table _donto_lexical on commit drop as
-    select m.statement_id, m.projection_id, m.char_start, m.char_end,
-           s.object_lit ->> 'v' as chunk_text
-    from donto.x_memory_record as m
-    inner join donto.statement as s on m.statement_id = s.statement_id
-    where m.revision_id = rev_id
-          and not exists (select 1 from donto.x_memory_lexical as l
-                          where l.statement_id = m.statement_id);
-    -- The user's own words in each chunk: the content of user turns, cut to the chunk.
-    create index _donto_lexical_span on _donto_lexical
-    using gist (pg_catalog.int4range(char_start, char_end));
-    analyze _donto_lexical;
-    create temp table _donto_user_text on commit drop as
-    select
-        c.statement_id,
-        pg_catalog.string_agg(
-            pg_catalog.substr(
-                c.chunk_text,
-                greatest(t.char_start, c.char_start) - c.char_start + 1,
-                least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
-            ' ' order by t.seq
-        ) as user_text
-    from donto.turn as t
-    inner join _donto_lexical as c
-        on pg_catalog.int4range(c.char_start, c.char_end)
-        && pg_catalog.int4range(t.char_start, t.char_end)
-    where t.revision_id = rev_id and t.role = 'user'
-    group by c.statement_id;
+    -- One statement, no temp table (a definer touches nothing a caller can shadow). The
+    -- user turns overlapping a chunk [cs, ce) are the last turn whose header starts before
+    -- cs (turn spans are ordered and disjoint) and the turns whose headers start in
+    -- [cs, ce): two probes of donto.turn_revision_header_idx per chunk.
+    with c as materialized (
+        select m.statement_id, m.projection_id, m.char_start, m.char_end,
+               s.object_lit ->> 'v' as chunk_text
+        from donto.x_memory_record as m
+        inner join donto.statement as s on m.statement_id = s.statement_id
+        where m.revision_id = rev_id
+              and not exists (select 1 from donto.x_memory_lexical as l
+                              where l.statement_id = m.statement_id)
+    ),
+
+    u as (
+        -- The user's own words in each chunk: the content of user turns, cut to the chunk.
+        select
+            c.statement_id,
+            pg_catalog.string_agg(
+                pg_catalog.substr(
+                    c.chunk_text,
+                    greatest(t.char_start, c.char_start) - c.char_start + 1,
+                    least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
+                ' ' order by t.seq
+            ) as user_text
+        from c
+        cross join lateral (
+            (select t0.seq, t0.role, t0.char_start, t0.char_end
+             from donto.turn as t0
+             where t0.revision_id = rev_id and t0.header_start < c.char_start
+             order by t0.header_start desc, t0.seq desc
+             limit 1)
+            union all
+            (select t1.seq, t1.role, t1.char_start, t1.char_end
+             from donto.turn as t1
+             where t1.revision_id = rev_id and t1.header_start >= c.char_start
+                   and t1.header_start < c.char_end)
+        ) as t
+        where t.role = 'user' and t.char_start < t.char_end
+              and t.char_start < c.char_end and t.char_end > c.char_start
+        group by c.statement_id
+    )
+
     insert into donto.x_memory_lexical (statement_id, projection_id, tsv)
     select c.statement_id, c.projection_id,
            pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', c.chunk_text), 'D')
            || pg_catalog.setweight(
                pg_catalog.to_tsvector('pg_catalog.english', coalesce(u.user_text, '')), 'A')
-    from _donto_lexical as c
-    left join _donto_user_text as u on c.statement_id = u.statement_id
+    from c
+    left join u on c.statement_id = u.statement_id
     order by c.statement_id;
     get diagnostics v_n = row_count;
-    drop table _donto_user_text;
-    drop table _donto_lexical;
     return v_n;
 end;
 $$;
@@ -407,6 +420,36 @@ $py$;
 comment on function donto.embed_query(text, text) is
 'Embed a text inside the database with a sentence-transformers model (cached per backend).';
 
+create or replace function donto._check_query(
+    p_query text, p_function text, p_blank_ok boolean default false
+)
+returns void
+language plpgsql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (22023) a recall query that is null, empty or only blanks (spaces, tabs,
+newlines: unless P_BLANK_OK), or longer than 10,000 characters (a question, not a
+document: the embedder reads its first few hundred tokens, and every function a
+reader may call does bounded work). P_FUNCTION names the caller in the message.
+*/
+begin
+    if not p_blank_ok and (p_query is null or p_query ~ '^[[:space:]]*$') then
+        raise exception '%: query is empty', p_function using errcode = '22023';
+    end if;
+    if pg_catalog.char_length(p_query) > 10000 then
+        raise exception '%: the query has % characters, more than 10,000', p_function,
+            pg_catalog.char_length(p_query) using errcode = '22023';
+    end if;
+end;
+$$;
+
+comment on function donto._check_query(text, text, boolean) is
+'Refuse (22023) an empty or blank-only recall query, or one over 10,000 characters.';
+
 create or replace function donto._recall_setting(p_name text, p_default text)
 returns text
 language sql
@@ -496,6 +539,7 @@ declare
     v_scores double precision[];
     r record;
 begin
+    perform donto._check_query(p_query, 'donto._recall_lexical', true);
     select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
     into v_terms, v_tqs
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
@@ -714,6 +758,7 @@ declare
     v_hit donto.recall_hit;
     r record;
 begin
+    perform donto._check_query(query, 'donto.recall_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
@@ -967,9 +1012,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
-    if query is null or btrim(query) = '' then
-        raise exception 'donto.recall: query is empty' using errcode = '22023';
-    end if;
+    perform donto._check_query(query, 'donto.recall');
     if arms <> 'lexical' then
         select m.name into v_model from donto.embedding_model as m
         where m.model_id = donto.embedding_model_id(model);
@@ -984,18 +1027,75 @@ comment on function donto.recall(text, integer, text, timestamptz, text, text, i
 'Recall from psql: top-K chunks for a text query (hybrid vector + lexical, fused), '
 'with statement id, revision, char span, text, valid time, score and each arm''s rank.';
 
+create or replace function donto._check_embeddings()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Statement trigger on donto.embedding (AFTER INSERT, transition table new_rows): every
+vector added belongs to a recall key (a recall chunk, an A/B unit or a session summary)
+and has its model's dimension. donto_writer may INSERT into donto.embedding (the
+binary-COPY path of donto.ingest_embeddings), so the check lives on the table.
+A superuser restoring a dump (pg_dump scripts set check_function_bodies = off) is not
+checked: pg_dump orders an extension's table data by foreign keys only, so vectors may
+arrive before the recall keys they belong to.
+*/
+declare
+    v_bad bigint;
+begin
+    if pg_catalog.current_setting('is_superuser') = 'on'
+       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+        return null;
+    end if;
+    select n.statement_id into v_bad
+    from new_rows as n
+    inner join donto.embedding_model as m on n.model_id = m.model_id
+    where vector_dims(n.embedding) <> m.dimension
+          or not (exists (select 1 from donto.x_memory_record as r
+                          where r.statement_id = n.statement_id)
+                  or exists (select 1 from donto.ab_unit as u
+                             where u.statement_id = n.statement_id)
+                  or exists (select 1 from donto.x_session_summary as y
+                             where y.statement_id = n.statement_id))
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.embedding: statement % is not a recall key (chunk, A/B unit or '
+            'session summary) or its vector does not have its model''s dimension', v_bad
+            using errcode = '22023';
+    end if;
+    return null;
+end;
+$$;
+
+comment on function donto._check_embeddings() is
+'Trigger function: every vector inserted into donto.embedding belongs to a recall key and '
+'has its model''s dimension (SQLSTATE 22023 otherwise).';
+
+create or replace trigger embedding_check
+after insert on donto.embedding
+referencing new table as new_rows
+for each statement execute function donto._check_embeddings();
+
+alter table donto.embedding enable always trigger embedding_check;
+
 create or replace function donto.ingest_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move the vectors the caller staged (binary COPY into its temp table
+Move the vectors the caller staged (binary COPY into its own temp table
 _donto_embedding_stage(statement_id, embedding)) into donto.embedding for one
 model. Vectors that already exist are skipped (resumable); a wrong dimension or
 a statement that is not a recall chunk is refused. Returns the rows added.
+SECURITY INVOKER: it reads the caller's own temp table with the caller's rights
+(donto_writer may INSERT into donto.embedding, checked by donto._check_embeddings);
+a definer must never read what a caller can create.
 */
 declare
     v_dim integer;
@@ -1026,4 +1126,5 @@ end;
 $$;
 
 comment on function donto.ingest_embeddings(integer) is
-'Move staged vectors (temp table _donto_embedding_stage) into donto.embedding; skips existing.';
+'Move the caller''s staged vectors (its temp table _donto_embedding_stage) into '
+'donto.embedding; skips existing. Security invoker.';

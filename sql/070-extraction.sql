@@ -965,7 +965,8 @@ comment on function donto.ingest_extraction(bigint, bigint, text, jsonb) is
 'Ingest a raw extractor response for (block, run): kept verbatim, parsed into claim statements '
 'anchored to revision character spans (evidence_link, src_chunk), with the block''s '
 'mem:chunkqual/v1 quality vector and fate; a claim stays current only when its quote '
-'anchors (or it is an unquoted hypothesis) and the response is not injected; over the claim cap, refused; '
+'anchors (or it is an unquoted hypothesis) and the response is not injected; over the claim '
+'cap, refused; '
 'idempotent per (block, run); returns a summary.';
 
 -- -- provenance and quality views -------------------------------------------------------

@@ -90,7 +90,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -595,3 +595,20 @@ def tokenizer_for_model(name: str | None, source: str | None) -> str | None:
         raise PayloadError(
             f"donto.recall_payload: no offline tokenizer for embedding model {name!r} "
             f"(source {source!r}): {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Interruptible:
+    """A :class:`Counter` that calls ``check`` before each count, so that packing a large
+    payload inside the server can be cancelled (server.payload passes interrupt_check)."""
+
+    inner: Counter
+    check: Callable[[], None]
+
+    def count(self, text: str) -> int:
+        self.check()
+        return self.inner.count(text)
+
+    def boundaries(self, text: str) -> list[int]:
+        self.check()
+        return self.inner.boundaries(text)

@@ -9,12 +9,14 @@ from typing import Any
 
 from donto_pg.core.payload import (
     Hit,
+    Interruptible,
     PayloadError,
     TokenizerCounter,
     build_payload,
     tokenizer_for_model,
 )
 from donto_pg.core.tokens import render_json
+from donto_pg.server.interrupt import interrupt_check
 
 # The model recall embeds the query with: donto.embedding_model_id holds the rule (which
 # one is the default); it is asked only when some model matches, since it raises otherwise.
@@ -34,7 +36,9 @@ _RECALL_SQL = (
 def recall_payload_sql(plpy: Any, query: str, max_tokens: int, k: int,
                        chunk_tokens: int | None, context: str | None, as_of: str | None,
                        model: str | None) -> str:
-    """Body of ``donto.recall_payload``: recall, pack, return the payload as JSON text."""
+    """Body of ``donto.recall_payload``: recall, pack, return the payload as JSON text.
+    Packing honours cancellation and statement_timeout: every count looks (now and
+    then) at PostgreSQL's interrupt flags."""
     try:
         if max_tokens is None or max_tokens < 1:
             raise PayloadError(
@@ -58,7 +62,8 @@ def recall_payload_sql(plpy: Any, query: str, max_tokens: int, k: int,
             for r in rows
         ]
         payload = build_payload(query, hits, max_tokens, chunk_tokens,
-                                counter=TokenizerCounter(tokenizer))
+                                counter=Interruptible(TokenizerCounter(tokenizer),
+                                                      interrupt_check(plpy)))
     except PayloadError as exc:
         plpy.error(str(exc), sqlstate="22023")
         raise  # plpy.error raises; this line is never reached
