@@ -225,3 +225,23 @@ def extraction_params_sql(plpy, params: str | None) -> str:
     except ValueError as exc:
         plpy.error(f"donto: {exc}", sqlstate="22023")
         raise  # not reached: plpy.error raises
+
+
+# --- standing memory ------------------------------------------------------------------
+
+
+def standing_rows(plpy, revision_id: int) -> list[tuple]:
+    """Rows (ord, kind, subject_key, turn_seq, turn_id, char_start, char_end, text, said_on)."""
+    from donto_pg.standing import detect
+
+    body = revision_body(plpy, revision_id)
+    plan = plpy.prepare(
+        "select seq, turn_id, char_start, char_end, time_anchor::text as d from donto.turn "
+        "where revision_id = $1 and role = 'user' order by seq", ["bigint"])
+    out: list[tuple] = []
+    for t in plpy.execute(plan, [revision_id]):
+        base = t["char_start"]
+        for s in detect(body[base:t["char_end"]]):
+            out.append((len(out), s.kind, s.subject, t["seq"], t["turn_id"],
+                        base + s.start, base + s.end, s.text, t["d"]))
+    return out

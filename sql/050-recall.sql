@@ -517,11 +517,25 @@ Top-K recall chunks for a query vector (and its text, for the lexical arm).
 ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates: the
 vector arm by cosine distance, the lexical arm by donto._recall_lexical. When
 the searched chunks are at most donto.recall_exact_max (default 50,000) the
-vector arm scans them exactly and POOL defaults to max(10 k, 100); above that it
-uses the HNSW index with iterative scans (filters never return fewer than k
-rows) and POOL defaults to max(4 k, 40); hnsw.ef_search is 1.1 POOL times the
-index's rows per searched chunk, that ratio capped at 2 (at least 40, at most
-1,000).
+vector arm scans them exactly; above that it uses the HNSW index with
+iterative scans (filters never return fewer than k rows); hnsw.ef_search is
+1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
+least 40, at most 1,000). POOL defaults to a share of the N searched chunks,
+ceil(donto.recall_pool_share x N) (default 0.05) bounded by
+donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000), and
+never to less than k. It does not depend on k otherwise, so the first k rows
+of a call with a larger k are the rows of the call with k (as long as k is at
+most the pool).
+
+Standing slots (ARMS 'hybrid' only): the first rows are the standing
+statements in force (donto.standing: not superseded, as of AS_OF) of the
+revisions projected into the context, most similar to the query vector, at
+most donto.recall_standing_slots (default 2) and only those with cosine
+similarity at least donto.recall_standing_min (default 0.35); they count
+against k. Such a row has the standing statement's id, revision and char span
+(its sentence in the user turn), its text as chunk_text, its valid time, the
+similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
+at least one rank). Standing statements need vectors (donto.embed_standing).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -549,6 +563,11 @@ declare
     v_exact_max bigint := donto._recall_setting('recall_exact_max', '50000')::bigint;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
+    v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
+    v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
+    v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
+    v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
+    v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
@@ -601,8 +620,10 @@ begin
     ) as x
     where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
     v_exact := v_n <= v_exact_max;
-    v_pool := coalesce(pool, case when v_exact then greatest(k * 10, 100)
-                                  else greatest(k * 4, 40) end);
+    -- The default pool depends on the context's size, never on k: a larger k
+    -- only reads further down the same ranking (k above the pool widens it).
+    v_pool := coalesce(pool, greatest(k, least(v_pool_max, greatest(v_pool_min,
+        pg_catalog.ceil(v_pool_share * v_n)::integer))));
     if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
         -- ef_search: the pool, widened by the share of the index that is outside
@@ -613,6 +634,30 @@ begin
         perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(
             40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
         ))::integer::text, true);
+    end if;
+
+    -- Standing slots: the standing statements in force most similar to the
+    -- query come first (hybrid arm only; at most donto.recall_standing_slots).
+    if arms = 'hybrid' and v_slots > 0 then
+        for r in
+            select * from donto._recall_standing(embedding, v_ctx, as_of, v_model,
+                                                 least(v_slots, k), v_min_sim)
+        loop
+            statement_id := r.statement_id;
+            revision_id := r.revision_id;
+            char_start := r.char_start;
+            char_end := r.char_end;
+            chunk_text := r.statement_text;
+            valid_time := r.valid_time;
+            score := r.similarity;
+            vector_rank := null;
+            lexical_rank := null;
+            return next;
+            v_rows := v_rows + 1;
+        end loop;
+        if v_rows >= k then
+            return;
+        end if;
     end if;
 
     for r in execute pg_catalog.format($q$
