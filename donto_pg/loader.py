@@ -29,6 +29,7 @@ class LoadResult:
     turns: int = 0
     chunks: int = 0
     questions: int = 0
+    standing: int = 0
     warnings: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     error: str | None = None
@@ -98,6 +99,8 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
             res.chunks = conn.execute(
                 "select donto.project_recall(%s, %s, lexical => %s)",
                 (rev, window_chars, lexical)).fetchone()[0]
+            res.standing = conn.execute(
+                "select donto.project_standing(%s)", (rev,)).fetchone()[0]
         res.revision_id, res.new_revision, res.chars = rev, existed is None, len(body)
         res.ok = True
     except (psycopg.Error, ValueError, RecursionError) as exc:

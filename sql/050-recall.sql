@@ -347,6 +347,13 @@ declare
     v_n double precision;
     v_terms text[];
     v_tqs tsquery[];
+    v_tws double precision[];
+    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
+        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
+        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
+        'told,want}')::text[];
+    v_scaffold_w double precision := donto._recall_setting(
+        'recall_lexical_scaffold_weight', '0.5')::float8;
     v_dfs double precision[];
     v_idfs double precision[];
     v_sel tsquery;
@@ -358,8 +365,10 @@ declare
     v_scores double precision[];
     r record;
 begin
-    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
-    into v_terms, v_tqs
+    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t),
+           pg_catalog.array_agg(case when q.t = any(v_scaffold) then v_scaffold_w else 1 end
+                                order by q.t)
+    into v_terms, v_tqs, v_tws
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
           from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
     ) as q;
@@ -388,16 +397,16 @@ begin
             where l.projection_id = any(v_projs)
         ),
         terms as (
-            select t.tq, pg_catalog.count(c.statement_id)::float8 as df
-            from pg_catalog.unnest(v_tqs) as t (tq)
+            select t.tq, t.w, pg_catalog.count(c.statement_id)::float8 as df
+            from unnest(v_tqs, v_tws) as t (tq, w)
             left join chunks as c on c.tsv @@ t.tq
-            group by t.tq
+            group by t.tq, t.w
         ),
         scored as (
             select
                 c.statement_id,
                 pg_catalog.sum(
-                    pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5))
+                    t.w * pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5))
                     * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
                 )::float8 as score
             from chunks as c
@@ -420,11 +429,12 @@ begin
     -- Budgeted: df estimated from the column statistics.
     select
         pg_catalog.array_agg(e.df order by e.i),
-        pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
+        pg_catalog.array_agg(
+            e.w * pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
     into v_dfs, v_idfs
     from (
-        select t.i, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
-        from pg_catalog.unnest(v_terms) with ordinality as t (t, i)
+        select t.i, t.w, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
+        from unnest(v_terms, v_tws) with ordinality as t (t, w, i)
         left join (
             select
                 x.most_common_elems::text::text[] as elems,

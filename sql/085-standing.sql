@@ -301,3 +301,57 @@ $$;
 
 comment on function donto._recall_standing(vector, bigint, timestamptz, integer, integer, float8) is
 'Standing slots of donto.recall: the in-force standing statements most similar to the query.';
+
+create or replace function donto.ingest_standing_embeddings(
+    p_model_id integer, p_ids bigint [], p_vectors text []
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Store vectors (pgvector text, one per id) of standing statements P_IDS for
+model P_MODEL_ID, as a client that embeds itself computed them (donto-pg
+embed). Existing vectors are kept; an id that is not a standing statement, a
+wrong dimension or unequal array lengths are refused. Returns the rows added.
+*/
+declare
+    v_dim integer;
+    v_n integer;
+    v_bad bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto.ingest_standing_embeddings: no model %', p_model_id
+            using errcode = '22023';
+    end if;
+    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
+    then
+        raise exception 'donto.ingest_standing_embeddings: % ids but % vectors',
+            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
+            using errcode = '22023';
+    end if;
+    select u.id into v_bad
+    from unnest(p_ids, p_vectors) as u (id, v)
+    where u.v is null or vector_dims(u.v::vector) <> v_dim
+          or not exists (select 1 from donto.x_standing as x where x.statement_id = u.id)
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.ingest_standing_embeddings: statement % is not a standing '
+            'statement or its vector does not have % dimensions', v_bad, v_dim
+            using errcode = '22023';
+    end if;
+    insert into donto.x_standing_vector (statement_id, model_id, embedding)
+    select u.id, p_model_id, u.v::vector
+    from unnest(p_ids, p_vectors) as u (id, v)
+    order by u.id
+    on conflict (statement_id, model_id) do nothing;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ingest_standing_embeddings(integer, bigint [], text []) is
+'Store client-computed vectors of standing statements for one model; skips existing ones.';
