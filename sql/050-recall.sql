@@ -537,7 +537,8 @@ never to less than k. It does not depend on k otherwise, so the first k rows
 of a call with a larger k are the rows of the call with k (as long as k is at
 most the pool).
 
-Standing slots (ARMS 'hybrid' only): the first rows are the standing
+Standing slots (ARMS 'hybrid' only): after the first
+donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
 statements in force (donto.standing: not superseded, as of AS_OF) of the
 revisions projected into the context, most similar to the query vector, at
 most donto.recall_standing_slots (default 2) and only those with cosine
@@ -577,6 +578,16 @@ declare
     v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
     v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
     v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
+    v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
+    v_chunks integer := 0;
+    v_st_done boolean;
+    v_st_ids bigint[];
+    v_st_revs bigint[];
+    v_st_starts integer[];
+    v_st_ends integer[];
+    v_st_texts text[];
+    v_st_valid daterange[];
+    v_st_sims double precision[];
     v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
     v_n bigint;
     v_total double precision;
@@ -647,28 +658,25 @@ begin
     end if;
 
     -- Standing slots: the standing statements in force most similar to the
-    -- query come first (hybrid arm only; at most donto.recall_standing_slots).
+    -- query (hybrid arm only; at most donto.recall_standing_slots), placed after
+    -- the first donto.recall_standing_after chunk rows.
     if arms = 'hybrid' and v_slots > 0 then
-        for r in
-            select * from donto._recall_standing(embedding, v_ctx, as_of, v_model,
-                                                 least(v_slots, k), v_min_sim)
-        loop
-            statement_id := r.statement_id;
-            revision_id := r.revision_id;
-            char_start := r.char_start;
-            char_end := r.char_end;
-            chunk_text := r.statement_text;
-            valid_time := r.valid_time;
-            score := r.similarity;
-            vector_rank := null;
-            lexical_rank := null;
-            return next;
-            v_rows := v_rows + 1;
-        end loop;
-        if v_rows >= k then
-            return;
-        end if;
+        select
+            pg_catalog.array_agg(x.statement_id order by x.o),
+            pg_catalog.array_agg(x.revision_id order by x.o),
+            pg_catalog.array_agg(x.char_start order by x.o),
+            pg_catalog.array_agg(x.char_end order by x.o),
+            pg_catalog.array_agg(x.statement_text order by x.o),
+            pg_catalog.array_agg(x.valid_time order by x.o),
+            pg_catalog.array_agg(x.similarity order by x.o)
+        into v_st_ids, v_st_revs, v_st_starts, v_st_ends, v_st_texts, v_st_valid, v_st_sims
+        from donto._recall_standing(embedding, v_ctx, as_of, v_model, v_slots, v_min_sim)
+            with ordinality as x (
+                statement_id, revision_id, char_start, char_end, statement_text, valid_time,
+                similarity, o
+            );
     end if;
+    v_st_done := v_st_ids is null;
 
     for r in execute pg_catalog.format($q$
         with vec as (
@@ -797,6 +805,25 @@ begin
         continue when v_clash;
         v_kept := v_kept || v_span;
         v_kept_rev := v_kept_rev || r.derived_from_revision;
+        if not v_st_done and v_chunks >= v_after then
+            v_st_done := true;
+            for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+                statement_id := v_st_ids[i];
+                revision_id := v_st_revs[i];
+                char_start := v_st_starts[i];
+                char_end := v_st_ends[i];
+                chunk_text := v_st_texts[i];
+                valid_time := v_st_valid[i];
+                score := v_st_sims[i];
+                vector_rank := null;
+                lexical_rank := null;
+                return next;
+                v_rows := v_rows + 1;
+                if v_rows >= k then
+                    return;
+                end if;
+            end loop;
+        end if;
         statement_id := r.statement_id;
         revision_id := r.derived_from_revision;
         char_start := r.char_start;
@@ -808,8 +835,26 @@ begin
         lexical_rank := r.lr;
         return next;
         v_rows := v_rows + 1;
+        v_chunks := v_chunks + 1;
         exit when v_rows >= k;
     end loop;
+    -- Fewer chunk rows than donto.recall_standing_after: the standing rows follow them.
+    if not v_st_done then
+        for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+            exit when v_rows >= k;
+            statement_id := v_st_ids[i];
+            revision_id := v_st_revs[i];
+            char_start := v_st_starts[i];
+            char_end := v_st_ends[i];
+            chunk_text := v_st_texts[i];
+            valid_time := v_st_valid[i];
+            score := v_st_sims[i];
+            vector_rank := null;
+            lexical_rank := null;
+            return next;
+            v_rows := v_rows + 1;
+        end loop;
+    end if;
 end;
 $$;
 
