@@ -2,6 +2,53 @@
 
 \echo Use "ALTER EXTENSION donto UPDATE" to load this file. \quit
 
+-- migrations/012-standing.sql
+-- 012: standing memory. A projection of a revision into standing statements
+-- (instructions, preferences, constraints of the user), each a statement
+-- (predicate mem:standing/<kind>) anchored to its turn by character offsets,
+-- with an overlay row saying what it is about (the subject key that decides
+-- superseding) and, per embedding model, a vector for recall's standing slots.
+
+alter table donto.projection drop constraint projection_kind_check;
+alter table donto.projection add constraint projection_kind_check
+check (kind in ('recall', 'extraction', 'standing'));
+
+create table donto.x_standing (
+    statement_id bigint primary key references donto.statement,
+    projection_id bigint not null references donto.projection,
+    revision_id bigint not null references donto.revision,
+    ord integer not null check (ord >= 0),
+    kind text not null check (kind in ('instruction', 'preference', 'constraint')),
+    subject_key text not null,
+    turn_seq integer not null,
+    turn_id integer,
+    char_start integer not null,
+    char_end integer not null,
+    detector text not null check (btrim(detector) <> ''),
+    unique (projection_id, ord),
+    foreign key (revision_id, turn_seq) references donto.turn (revision_id, seq),
+    check (0 <= char_start and char_start < char_end)
+);
+
+create index x_standing_revision_idx on donto.x_standing (revision_id, kind, subject_key);
+
+create table donto.x_standing_vector (
+    statement_id bigint not null references donto.x_standing,
+    model_id integer not null references donto.embedding_model,
+    embedding vector not null,
+    primary key (statement_id, model_id)
+);
+
+comment on table donto.x_standing is
+'Standing-memory overlay: one row per standing statement (mem:standing/<kind>): its projection, '
+'revision, order, kind, subject key (same kind and key: the later one supersedes), the turn '
+'it was said in and its char span there, and the detector that found it.';
+comment on table donto.x_standing_vector is
+'Vectors of standing statements per embedding model (for the standing slots of donto.recall).';
+
+
+insert into donto.migration (name, sha256) values ('012-standing.sql', 'fafefdb4c94f6c08c22186896220633771a19955ef0143c939acf2bfef1f0bb7');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included. Every table of schema
@@ -733,6 +780,13 @@ declare
     v_n double precision;
     v_terms text[];
     v_tqs tsquery[];
+    v_tws double precision[];
+    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
+        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
+        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
+        'told,want}')::text[];
+    v_scaffold_w double precision := donto._recall_setting(
+        'recall_lexical_scaffold_weight', '0.5')::float8;
     v_dfs double precision[];
     v_idfs double precision[];
     v_sel tsquery;
@@ -744,8 +798,10 @@ declare
     v_scores double precision[];
     r record;
 begin
-    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
-    into v_terms, v_tqs
+    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t),
+           pg_catalog.array_agg(case when q.t = any(v_scaffold) then v_scaffold_w else 1 end
+                                order by q.t)
+    into v_terms, v_tqs, v_tws
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
           from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
     ) as q;
@@ -774,16 +830,16 @@ begin
             where l.projection_id = any(v_projs)
         ),
         terms as (
-            select t.tq, pg_catalog.count(c.statement_id)::float8 as df
-            from pg_catalog.unnest(v_tqs) as t (tq)
+            select t.tq, t.w, pg_catalog.count(c.statement_id)::float8 as df
+            from unnest(v_tqs, v_tws) as t (tq, w)
             left join chunks as c on c.tsv @@ t.tq
-            group by t.tq
+            group by t.tq, t.w
         ),
         scored as (
             select
                 c.statement_id,
                 pg_catalog.sum(
-                    pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5))
+                    t.w * pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5))
                     * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
                 )::float8 as score
             from chunks as c
@@ -806,11 +862,12 @@ begin
     -- Budgeted: df estimated from the column statistics.
     select
         pg_catalog.array_agg(e.df order by e.i),
-        pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
+        pg_catalog.array_agg(
+            e.w * pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
     into v_dfs, v_idfs
     from (
-        select t.i, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
-        from pg_catalog.unnest(v_terms) with ordinality as t (t, i)
+        select t.i, t.w, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
+        from unnest(v_terms, v_tws) with ordinality as t (t, w, i)
         left join (
             select
                 x.most_common_elems::text::text[] as elems,
@@ -903,11 +960,26 @@ Top-K recall chunks for a query vector (and its text, for the lexical arm).
 ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates: the
 vector arm by cosine distance, the lexical arm by donto._recall_lexical. When
 the searched chunks are at most donto.recall_exact_max (default 50,000) the
-vector arm scans them exactly and POOL defaults to max(10 k, 100); above that it
-uses the HNSW index with iterative scans (filters never return fewer than k
-rows) and POOL defaults to max(4 k, 40); hnsw.ef_search is 1.1 POOL times the
-index's rows per searched chunk, that ratio capped at 2 (at least 40, at most
-1,000).
+vector arm scans them exactly; above that it uses the HNSW index with
+iterative scans (filters never return fewer than k rows); hnsw.ef_search is
+1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
+least 40, at most 1,000). POOL defaults to a share of the N searched chunks,
+ceil(donto.recall_pool_share x N) (default 0.05) bounded by
+donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000), and
+never to less than k. It does not depend on k otherwise, so the first k rows
+of a call with a larger k are the rows of the call with k (as long as k is at
+most the pool).
+
+Standing slots (ARMS 'hybrid' only): after the first
+donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
+statements in force (donto.standing: not superseded, as of AS_OF) of the
+revisions projected into the context, most similar to the query vector, at
+most donto.recall_standing_slots (default 2) and only those with cosine
+similarity at least donto.recall_standing_min (default 0.35); they count
+against k. Such a row has the standing statement's id, revision and char span
+(its sentence in the user turn), its text as chunk_text, its valid time, the
+similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
+at least one rank). Standing statements need vectors (donto.embed_standing).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -935,6 +1007,21 @@ declare
     v_exact_max bigint := donto._recall_setting('recall_exact_max', '50000')::bigint;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
+    v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
+    v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
+    v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
+    v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
+    v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
+    v_chunks integer := 0;
+    v_st_done boolean;
+    v_st_ids bigint[];
+    v_st_revs bigint[];
+    v_st_starts integer[];
+    v_st_ends integer[];
+    v_st_texts text[];
+    v_st_valid daterange[];
+    v_st_sims double precision[];
+    v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
@@ -987,8 +1074,10 @@ begin
     ) as x
     where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
     v_exact := v_n <= v_exact_max;
-    v_pool := coalesce(pool, case when v_exact then greatest(k * 10, 100)
-                                  else greatest(k * 4, 40) end);
+    -- The default pool depends on the context's size, never on k: a larger k
+    -- only reads further down the same ranking (k above the pool widens it).
+    v_pool := coalesce(pool, greatest(k, least(v_pool_max, greatest(v_pool_min,
+        pg_catalog.ceil(v_pool_share * v_n)::integer))));
     if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
         -- ef_search: the pool, widened by the share of the index that is outside
@@ -1000,6 +1089,27 @@ begin
             40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
         ))::integer::text, true);
     end if;
+
+    -- Standing slots: the standing statements in force most similar to the
+    -- query (hybrid arm only; at most donto.recall_standing_slots), placed after
+    -- the first donto.recall_standing_after chunk rows.
+    if arms = 'hybrid' and v_slots > 0 then
+        select
+            pg_catalog.array_agg(x.statement_id order by x.o),
+            pg_catalog.array_agg(x.revision_id order by x.o),
+            pg_catalog.array_agg(x.char_start order by x.o),
+            pg_catalog.array_agg(x.char_end order by x.o),
+            pg_catalog.array_agg(x.statement_text order by x.o),
+            pg_catalog.array_agg(x.valid_time order by x.o),
+            pg_catalog.array_agg(x.similarity order by x.o)
+        into v_st_ids, v_st_revs, v_st_starts, v_st_ends, v_st_texts, v_st_valid, v_st_sims
+        from donto._recall_standing(embedding, v_ctx, as_of, v_model, v_slots, v_min_sim)
+            with ordinality as x (
+                statement_id, revision_id, char_start, char_end, statement_text, valid_time,
+                similarity, o
+            );
+    end if;
+    v_st_done := v_st_ids is null;
 
     for r in execute pg_catalog.format($q$
         with vec as (
@@ -1128,6 +1238,25 @@ begin
         continue when v_clash;
         v_kept := v_kept || v_span;
         v_kept_rev := v_kept_rev || r.derived_from_revision;
+        if not v_st_done and v_chunks >= v_after then
+            v_st_done := true;
+            for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+                statement_id := v_st_ids[i];
+                revision_id := v_st_revs[i];
+                char_start := v_st_starts[i];
+                char_end := v_st_ends[i];
+                chunk_text := v_st_texts[i];
+                valid_time := v_st_valid[i];
+                score := v_st_sims[i];
+                vector_rank := null;
+                lexical_rank := null;
+                return next;
+                v_rows := v_rows + 1;
+                if v_rows >= k then
+                    return;
+                end if;
+            end loop;
+        end if;
         statement_id := r.statement_id;
         revision_id := r.derived_from_revision;
         char_start := r.char_start;
@@ -1139,8 +1268,26 @@ begin
         lexical_rank := r.lr;
         return next;
         v_rows := v_rows + 1;
+        v_chunks := v_chunks + 1;
         exit when v_rows >= k;
     end loop;
+    -- Fewer chunk rows than donto.recall_standing_after: the standing rows follow them.
+    if not v_st_done then
+        for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+            exit when v_rows >= k;
+            statement_id := v_st_ids[i];
+            revision_id := v_st_revs[i];
+            char_start := v_st_starts[i];
+            char_end := v_st_ends[i];
+            chunk_text := v_st_texts[i];
+            valid_time := v_st_valid[i];
+            score := v_st_sims[i];
+            vector_rank := null;
+            lexical_rank := null;
+            return next;
+            v_rows := v_rows + 1;
+        end loop;
+    end if;
 end;
 $$;
 
@@ -3579,6 +3726,366 @@ comment on function donto.recall_payload(
 'was cut (counts and statement ids); a MAX_TOKENS below the empty envelope is an error. '
 'Volatile (recall embeds the query), security invoker (the caller''s rights, donto_reader '
 'suffices).';
+
+
+-- sql/085-standing.sql
+-- Standing memory: the user's instructions, preferences and constraints,
+-- projected from a revision by a rule-based detector (donto_pg.standing),
+-- superseded by later ones on the same subject, recalled in reserved slots.
+
+create or replace function donto._standing_detect(p_revision_id bigint)
+returns table (
+    ord integer, kind text, subject_key text, turn_seq integer, turn_id integer,
+    char_start integer, char_end integer, statement_text text, said_on date
+)
+language plpython3u
+stable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].standing_rows(plpy, p_revision_id)
+$py$;
+
+comment on function donto._standing_detect(bigint) is
+'The standing statements the rule-based detector (donto_pg.standing) finds in the user turns '
+'of a revision, with their char spans in the revision and the date of their turn.';
+
+create or replace function donto.standing_context_iri(p_document_iri text)
+returns text
+language sql
+immutable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* ctx:memory/standing/<scheme>/<rest> for a document IRI <scheme>:<rest>. */
+    select 'ctx:memory/standing/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
+$$;
+
+comment on function donto.standing_context_iri(text) is
+'The standing-memory context of a document: beam:100K/1 -> ctx:memory/standing/beam/100K/1.';
+
+create or replace function donto.project_standing(rev_id bigint, context text default null)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Project revision REV_ID into standing statements: every sentence of a user
+turn that the rule-based detector (donto_pg.standing, strategy rules-v1)
+reads as an instruction, a preference or a constraint becomes a statement
+(predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
+key}, char span of the sentence in the revision, so that substring(body from
+char_start + 1 for char_end - char_start) is its exact text) with a
+donto.x_standing row. Valid time: from the date of its turn; it ends where a
+later statement of the same kind and subject key (the knowledge-update rule)
+takes over, on the later one's date (a one-day range when both share a date),
+and is open otherwise. CONTEXT defaults to donto.standing_context_iri of the
+document. Idempotent: a second call returns the existing count.
+*/
+declare
+    v_doc bigint;
+    v_iri text;
+    v_ctx bigint;
+    v_proj bigint;
+    v_n integer;
+begin
+    select r.document_id, d.iri into v_doc, v_iri
+    from donto.revision as r inner join donto.document as d using (document_id)
+    where r.revision_id = rev_id;
+    if not found then
+        raise exception 'donto.project_standing: no revision %', rev_id using errcode = '22023';
+    end if;
+    v_ctx := donto.ensure_context(coalesce(context, donto.standing_context_iri(v_iri)),
+                                  'standing');
+    perform pg_catalog.pg_advisory_xact_lock(2060, rev_id::integer);
+
+    select p.projection_id into v_proj from donto.projection as p
+    where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = 'rules-v1'
+          and p.params = '{}'::jsonb and p.context_id = v_ctx;
+    if found then
+        select pg_catalog.count(*)::integer into v_n
+        from donto.x_standing as x where x.projection_id = v_proj;
+        return v_n;
+    end if;
+    insert into donto.projection (revision_id, kind, strategy, params, context_id)
+    values (rev_id, 'standing', 'rules-v1', '{}'::jsonb, v_ctx)
+    returning projection_id into v_proj;
+
+    with d as (
+        select
+            d0.*,
+            pg_catalog.lead(d0.said_on) over w as next_on,
+            pg_catalog.lead(d0.ord) over w as next_ord,
+            pg_catalog.nextval(pg_catalog.pg_get_serial_sequence(
+                'donto.statement', 'statement_id')) as sid
+        from donto._standing_detect(rev_id) as d0
+        window w as (partition by d0.kind, d0.subject_key order by d0.ord)
+    ),
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time,
+            document_id, derived_from_revision, char_start, char_end
+        ) overriding system value
+        select
+            d.sid,
+            pg_catalog.format('standing:%s/%s', rev_id, d.ord),
+            'mem:standing/' || d.kind,
+            pg_catalog.jsonb_build_object('v', d.statement_text, 'subject', d.subject_key),
+            v_ctx,
+            case
+                when d.said_on is null then '(,)'::daterange
+                when d.next_ord is null or d.next_on is null then
+                    pg_catalog.daterange(d.said_on, null, '[)')
+                when d.next_on > d.said_on then pg_catalog.daterange(d.said_on, d.next_on, '[)')
+                else pg_catalog.daterange(d.said_on, d.said_on, '[]')
+            end,
+            v_doc, rev_id, d.char_start, d.char_end
+        from d
+        order by d.ord
+    )
+    insert into donto.x_standing (
+        statement_id, projection_id, revision_id, ord, kind, subject_key, turn_seq, turn_id,
+        char_start, char_end, detector
+    )
+    select d.sid, v_proj, rev_id, d.ord, d.kind, d.subject_key, d.turn_seq, d.turn_id,
+           d.char_start, d.char_end, 'rules-v1'
+    from d
+    order by d.ord;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.project_standing(bigint, text) is
+'Standing memory: the instructions, preferences and constraints of a revision''s user turns '
+'(rule-based detector rules-v1) as mem:standing/<kind> statements anchored to their turn, '
+'valid until superseded; idempotent; returns the count.';
+
+create or replace function donto.embed_standing(rev_id bigint default null, model text default null)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Embed, inside the database, every standing statement of revision REV_ID (null:
+of every revision) that has no vector for MODEL (null: the default model;
+registered, see donto.embedding_model_id), for recall's standing slots.
+Returns how many vectors were added; a second call adds none.
+*/
+declare
+    v_model integer := donto.embedding_model_id(model);
+    v_name text;
+    v_n integer := 0;
+    r record;
+begin
+    select m.name into v_name from donto.embedding_model as m where m.model_id = v_model;
+    for r in
+        select x.statement_id, s.object_lit ->> 'v' as txt
+        from donto.x_standing as x
+        inner join donto.statement as s on x.statement_id = s.statement_id
+        where (rev_id is null or x.revision_id = rev_id)
+              and not exists (select 1 from donto.x_standing_vector as v
+                              where v.statement_id = x.statement_id and v.model_id = v_model)
+        order by x.statement_id
+    loop
+        insert into donto.x_standing_vector (statement_id, model_id, embedding)
+        values (r.statement_id, v_model, donto.embed_query(r.txt, v_name))
+        on conflict (statement_id, model_id) do nothing;
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto.embed_standing(bigint, text) is
+'Embed the standing statements (of one revision, or all) that have no vector for a model; '
+'returns how many were added.';
+
+create or replace function donto._standing_revisions(p_context_id bigint)
+returns bigint[]
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* The revisions with any projection in context P_CONTEXT_ID (null: every revision). */
+    select pg_catalog.array_agg(distinct p.revision_id)
+    from donto.projection as p
+    where p_context_id is null or p.context_id = p_context_id;
+$$;
+
+comment on function donto._standing_revisions(bigint) is
+'Revisions projected into a context (recall, extraction or standing): whose standing '
+'statements belong to it.';
+
+create or replace function donto._standing(p_context_id bigint, p_as_of timestamptz)
+returns table (
+    statement_id bigint, revision_id bigint, kind text, subject_key text,
+    statement_text text, char_start integer, char_end integer, valid_time daterange,
+    turn_id integer, superseded_by bigint
+)
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* donto.standing for a context id (null: all); see there. */
+    with vis as (
+        select
+            x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
+            x.char_start, x.char_end, s.valid_time, x.turn_id,
+            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
+        from donto.x_standing as x
+        inner join donto.statement as s on x.statement_id = s.statement_id
+        where x.revision_id = any(donto._standing_revisions(p_context_id))
+              and (p_as_of is null or s.tx_from <= p_as_of)
+              and not exists (
+                  select 1 from donto.retraction as rt
+                  where rt.statement_id = x.statement_id
+                        and (p_as_of is null or rt.tx_from <= p_as_of))
+    )
+    select
+        v.statement_id, v.revision_id, v.kind, v.subject_key, v.txt, v.char_start, v.char_end,
+        v.valid_time, v.turn_id,
+        (select l.statement_id from vis as l
+         where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
+               and (l.said_on, l.revision_id, l.char_start)
+               > (v.said_on, v.revision_id, v.char_start)
+         order by l.said_on, l.revision_id, l.char_start
+         limit 1) as superseded_by
+    from vis as v
+    order by v.said_on, v.revision_id, v.char_start;
+$$;
+
+comment on function donto._standing(bigint, timestamptz) is
+'Standing statements of a context id as of a time, with the statement that supersedes each.';
+
+create or replace function donto.standing(context text default null, as_of timestamptz default null)
+returns table (
+    statement_id bigint, revision_id bigint, kind text, subject_key text,
+    statement_text text, char_start integer, char_end integer, valid_time daterange,
+    turn_id integer, superseded_by bigint
+)
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The standing statements (instructions, preferences, constraints) of the
+revisions projected into CONTEXT (a recall, extraction or standing context
+IRI; null: every revision), as the database knew them at AS_OF (recorded by
+then, not retracted by then), in the order they were said. SUPERSEDED_BY is
+the first later statement of the same kind and subject key among those (the
+knowledge-update rule), null for a statement still in force:
+    select statement_text from donto.standing('ctx:memory/episodic/beam/100K/1')
+    where superseded_by is null;
+*/
+declare
+    v_ctx bigint;
+begin
+    if context is not null then
+        select c.context_id into v_ctx from donto.context as c where c.iri = context;
+        if not found then
+            raise exception 'donto.standing: no context %', context using errcode = '22023';
+        end if;
+    end if;
+    return query select * from donto._standing(v_ctx, as_of);
+end;
+$$;
+
+comment on function donto.standing(text, timestamptz) is
+'Standing statements of a context as of a time, in the order said, each with the later '
+'statement that supersedes it (null: still in force).';
+
+create or replace function donto._recall_standing(
+    p_embedding vector, p_context_id bigint, p_as_of timestamptz, p_model_id integer,
+    p_n integer, p_min_similarity double precision
+)
+returns table (
+    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
+    statement_text text, valid_time daterange, similarity double precision
+)
+language sql
+stable
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+The standing slots of donto.recall: at most P_N standing statements in force
+(not superseded) in the context as of P_AS_OF, most similar to the query
+vector first (cosine similarity of their vectors for model P_MODEL_ID, at
+least P_MIN_SIMILARITY); ties to the later statement.
+*/
+    select st.statement_id, st.revision_id, st.char_start, st.char_end, st.statement_text,
+           st.valid_time, (1 - (v.embedding <=> p_embedding))::float8 as similarity
+    from donto._standing(p_context_id, p_as_of) as st
+    inner join donto.x_standing_vector as v
+        on st.statement_id = v.statement_id and v.model_id = p_model_id
+    where st.superseded_by is null
+          and vector_dims(v.embedding) = vector_dims(p_embedding)
+          and 1 - (v.embedding <=> p_embedding) >= p_min_similarity
+    order by (v.embedding <=> p_embedding), st.statement_id desc
+    limit p_n;
+$$;
+
+comment on function donto._recall_standing(vector, bigint, timestamptz, integer, integer, float8) is
+'Standing slots of donto.recall: the in-force standing statements most similar to the query.';
+
+create or replace function donto.ingest_standing_embeddings(
+    p_model_id integer, p_ids bigint[], p_vectors text[]
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Store vectors (pgvector text, one per id) of standing statements P_IDS for
+model P_MODEL_ID, as a client that embeds itself computed them (donto-pg
+embed). Existing vectors are kept; an id that is not a standing statement, a
+wrong dimension or unequal array lengths are refused. Returns the rows added.
+*/
+declare
+    v_dim integer;
+    v_n integer;
+    v_bad bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto.ingest_standing_embeddings: no model %', p_model_id
+            using errcode = '22023';
+    end if;
+    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
+    then
+        raise exception 'donto.ingest_standing_embeddings: % ids but % vectors',
+            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
+            using errcode = '22023';
+    end if;
+    select u.id into v_bad
+    from unnest(p_ids, p_vectors) as u (id, v)
+    where u.v is null or vector_dims(u.v::vector) <> v_dim
+          or not exists (select 1 from donto.x_standing as x where x.statement_id = u.id)
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.ingest_standing_embeddings: statement % is not a standing '
+            'statement or its vector does not have % dimensions', v_bad, v_dim
+            using errcode = '22023';
+    end if;
+    insert into donto.x_standing_vector (statement_id, model_id, embedding)
+    select u.id, p_model_id, u.v::vector
+    from unnest(p_ids, p_vectors) as u (id, v)
+    order by u.id
+    on conflict (statement_id, model_id) do nothing;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ingest_standing_embeddings(integer, bigint[], text[]) is
+'Store client-computed vectors of standing statements for one model; skips existing ones.';
 
 
 -- sql/090-roles.sql

@@ -175,7 +175,7 @@ comment on function donto.embed_standing(bigint, text) is
 'returns how many were added.';
 
 create or replace function donto._standing_revisions(p_context_id bigint)
-returns bigint []
+returns bigint[]
 language sql
 stable
 set search_path to pg_catalog, pg_temp
@@ -303,7 +303,7 @@ comment on function donto._recall_standing(vector, bigint, timestamptz, integer,
 'Standing slots of donto.recall: the in-force standing statements most similar to the query.';
 
 create or replace function donto.ingest_standing_embeddings(
-    p_model_id integer, p_ids bigint [], p_vectors text []
+    p_model_id integer, p_ids bigint[], p_vectors text[]
 )
 returns integer
 language plpgsql
@@ -353,5 +353,5 @@ begin
 end;
 $$;
 
-comment on function donto.ingest_standing_embeddings(integer, bigint [], text []) is
+comment on function donto.ingest_standing_embeddings(integer, bigint[], text[]) is
 'Store client-computed vectors of standing statements for one model; skips existing ones.';
