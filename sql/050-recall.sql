@@ -532,8 +532,9 @@ iterative scans (filters never return fewer than k rows); hnsw.ef_search is
 1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
 least 40, at most 1,000). POOL defaults to a share of the N searched chunks,
 ceil(donto.recall_pool_share x N) (default 0.05) bounded by
-donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000), and
-never to less than k. It does not depend on k otherwise, so the first k rows
+donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
+the HNSW path donto.recall_pool_max_index, default 200, bounds it instead, for
+latency), and never to less than k. It does not depend on k otherwise, so the first k rows
 of a call with a larger k are the rows of the call with k (as long as k is at
 most the pool).
 
@@ -577,6 +578,7 @@ declare
     v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
     v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
     v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
+    v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '200')::integer;
     v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
     v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
     v_chunks integer := 0;
@@ -643,8 +645,9 @@ begin
     v_exact := v_n <= v_exact_max;
     -- The default pool depends on the context's size, never on k: a larger k
     -- only reads further down the same ranking (k above the pool widens it).
-    v_pool := coalesce(pool, greatest(k, least(v_pool_max, greatest(v_pool_min,
-        pg_catalog.ceil(v_pool_share * v_n)::integer))));
+    v_pool := coalesce(pool, greatest(k, least(
+        case when v_exact then v_pool_max else v_pool_max_index end,
+        greatest(v_pool_min, pg_catalog.ceil(v_pool_share * v_n)::integer))));
     if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
         -- ef_search: the pool, widened by the share of the index that is outside
