@@ -60,6 +60,8 @@ def test_first_k_rows_do_not_depend_on_a_larger_k(kdb, q, k1, extra, arms, pool_
     k1 = min(k1, k2)
     small = _recall(kdb, q, k1, arms)
     large = _recall(kdb, q, k2, arms)
-    assert len(small) == k1 and len(large) == k2
+    if arms != "lexical":  # the lexical arm finds only chunks holding a query word
+        assert len(small) == k1 and len(large) == k2
+    assert len(small) == min(k1, len(large))
     assert large[:k1] == small
     kdb.rollback()
