@@ -24,14 +24,15 @@ import typer
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import default_beam, machine, scratch_database  # noqa: E402
 
-from donto_pg import embed, embedder, loader  # noqa: E402
+from donto_pg import embed, loader  # noqa: E402
+from donto_pg.core import encoder
 
 
 def main(path: str = typer.Argument(None),
          conversation: list[str] = typer.Option(["13"], "-c", help="Conversation ids."),
          batch: list[int] = typer.Option([32], help="Batch sizes for donto-pg embed."),
          model: list[str] = typer.Option(
-             [embedder.DEFAULT_MODEL],
+             [encoder.DEFAULT_MODEL],
              help="Embedding models, names or paths (repeatable); ratios are to the first "
                   "one's plain encode."),
          as_json: bool = typer.Option(False, "--json"),
@@ -40,7 +41,7 @@ def main(path: str = typer.Argument(None),
 
     path = path or default_beam("100K")
     for m in model:
-        embedder.load(m)  # load once, outside every timing
+        encoder.load(m)  # load once, outside every timing
     rows = []
     base = None
     with scratch_database(dsn) as url, psycopg.connect(url) as conn:
@@ -51,7 +52,7 @@ def main(path: str = typer.Argument(None),
         conn.commit()
     for m in model:
         t = time.perf_counter()
-        embedder.load(m).encode(texts, batch_size=32, show_progress_bar=False)
+        encoder.load(m).encode(texts, batch_size=32, show_progress_bar=False)
         plain = time.perf_counter() - t
         base = base or len(texts) / plain
         rows.append({"method": f"{m}: SentenceTransformer.encode (batch 32)",

@@ -49,8 +49,8 @@ from psycopg import conninfo, sql
 
 from donto_pg import beam, migrate
 from donto_pg import db as dbmod
+from donto_pg.core.windows import recall_windows
 from donto_pg.db import register_vector_if_present
-from donto_pg.windows import recall_windows
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "beam" / "chats" / "100K"

@@ -5,7 +5,7 @@
 
 PATH defaults to the full 100K sample beside the checkout (../shared/data/beam),
 else the bundled examples. Every conversation is read with donto_pg.beam, given
-its canonical text (format_chat) and cut by donto_pg.segmenter.segment, with the
+its canonical text (format_chat) and cut by donto_pg.core.segmenter.segment, with the
 default parameters (cap 4,000 chars). Reported:
 
 * blocks per 10,000 chars of message content, next to the recall windows (1,200
@@ -44,10 +44,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import default_beam, machine, scratch_database  # noqa: E402
 
 from donto_pg import beam, loader  # noqa: E402
-from donto_pg.segmenter import segment, summarize  # noqa: E402
-from donto_pg.windows import recall_windows  # noqa: E402
+from donto_pg.core.segmenter import segment, summarize  # noqa: E402
+from donto_pg.core.windows import recall_windows  # noqa: E402
 
-CAP = 4000  # the default cap of donto_pg.segmenter
+CAP = 4000  # the default cap of donto_pg.core.segmenter
 
 
 def turn_dicts(spans: list[beam.TurnSpan]) -> list[dict]:

@@ -2,8 +2,8 @@
 
 Builds a ~50 million character canonical body with ~100,000 turns (prose, code fences,
 unclosed fences, a few huge turns, many sessions), then runs
-:func:`donto_pg.segmenter.iter_segments` and :func:`donto_pg.segmenter.segment` and a few
-:func:`donto_pg.anchor.anchor` calls, printing the wall time of each step and the peak of
+:func:`donto_pg.core.segmenter.iter_segments` and :func:`donto_pg.core.segmenter.segment` and a few
+:func:`donto_pg.core.anchor.anchor` calls, printing the wall time of each step and the peak of
 the Python allocations it makes (``tracemalloc``, measured in a second run; the body and
 the turn table exist before and are not counted).  Not a timed test: just run it::
 
@@ -19,8 +19,8 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from donto_pg.anchor import anchor
-from donto_pg.segmenter import iter_segments, segment, summarize
+from donto_pg.core.anchor import anchor
+from donto_pg.core.segmenter import iter_segments, segment, summarize
 
 WORDS = (
     "the a of to and in is it that for you with on this be are as was I we can use "

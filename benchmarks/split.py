@@ -14,7 +14,7 @@ the default ratio 0.8). N is the peer's observed piece count, since the peer
 made one piece per memory.
 
 Tokens are all-MiniLM-L6-v2 tokens of the compact JSON the model sees
-(:func:`donto_pg.tokens.count_json_tokens`).
+(:func:`donto_pg.core.tokens.count_json_tokens`).
 
     python benchmarks/split.py            # table
     python benchmarks/split.py --json     # machine-readable
@@ -31,8 +31,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from donto_pg.context import DEFAULT_BUDGET_RATIO, DEFAULT_LIST_KEYS, split_context_history
-from donto_pg.tokens import count_json_tokens, truncate_to_tokens
+from donto_pg.core.tokens import count_json_tokens, truncate_to_tokens
+from donto_pg.core.tool_history_splitter import (
+    DEFAULT_BUDGET_RATIO,
+    DEFAULT_LIST_KEYS,
+    split_context_history,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 BEAM_CHATS = REPO / "examples" / "beam" / "chats" / "100K"

@@ -6,7 +6,7 @@ first and spends a recall pass only on the survivors:
 
 1. **Holdout.** Whole conversations spanning the bimodality of BEAM: at least one
    code-heavy and one dialogue-heavy, by the share of characters inside code fences
-   (:func:`donto_pg.beam.code_char_share` of the revision body). Whole conversations
+   (:func:`donto_pg.core.conversation.code_char_share` of the revision body). Whole conversations
    hold every gold-bearing region of their probing questions. Each pick says why.
 2. **Baseline.** The fixed-1,200 recall baseline: projection A's spans (re-cut as the
    arm ``projection-a``, vectors reused) ranked by ``donto.ab_recall_units`` exactly as
@@ -23,7 +23,8 @@ first and spends a recall pass only on the survivors:
    provider pool), with the extractor's live alarm; metrics 1-4 (facts per chunk,
    median anchor rate, hypothesis rate, injection rate) are read from the database
    (``donto.ab_arm_quality``) as blocks finish. An arm with an injection rate above
-   0.02 or a median anchor rate below 0.4 is rejected before its recall pass,
+   the live alarm's limits (:data:`donto_pg.extract.ALARM_MAX_INJECTION`,
+   :data:`~donto_pg.extract.ALARM_MIN_ANCHOR`) is rejected before its recall pass,
    saying why.
 5. **Recall pass for survivors.** The arm's units are embedded as recall keys (only
    the holdout; a unit whose bytes already have a vector, e.g. a fixed window equal
@@ -44,13 +45,14 @@ import json
 import math
 import re
 import time
-from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the server's Python imports this module too: no psycopg there
+from donto_pg.extract import ALARM_MAX_INJECTION, ALARM_MIN_ANCHOR
+
+if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
@@ -59,7 +61,6 @@ __all__ = [
     "DIALOGUE_HEAVY",
     "BASELINE_ARM",
     "ArmSpec",
-    "fixed_block_rows",
     "format_ab",
     "parse_arm",
     "pick_holdout",
@@ -84,7 +85,6 @@ DIALOGUE_HEAVY = 0.05
 EXCLUDED_ABILITIES = ("abstention",)
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
-_NONWS = re.compile(r"\S")
 
 
 # --- arm specs ------------------------------------------------------------------------
@@ -137,90 +137,6 @@ def parse_arm(spec: str) -> ArmSpec:
     return ArmSpec(name, strategy, params, spec.strip())
 
 
-# --- fixed windows as extraction units (runs inside the server, PL/Python) ------------
-
-
-def _nonws(text: str) -> int:
-    return len(_NONWS.findall(text))
-
-
-def fixed_block_rows(body: str, turns: Sequence[Mapping[str, Any]], window: int) -> list[tuple]:
-    """Fixed line-respecting windows (the spans of projection A) as extraction-block rows.
-
-    A window's parts are the message contents it overlaps (headers are metadata, as in
-    projection B); its kind is ``code`` when all its non-blank content lies in code
-    fences, ``dialogue`` when none does, ``mixed`` otherwise, ``system`` when every part
-    is a system message. Windows holding no non-blank message content (a session header
-    alone) are left out: they are no extraction unit. No inert prefix (the original cut
-    had none). Rows as ``donto._extraction_blocks``: (seq, kind, char_start, char_end,
-    turns json, prefix_start, prefix_end, prefix_turn_seq, split, min_date, max_date).
-    """
-    from donto_pg.segmenter import fence_spans
-    from donto_pg.windows import recall_windows
-
-    ts = sorted((t for t in turns if t["char_end"] > t["char_start"]), key=lambda t: t["seq"])
-    ends = [t["char_end"] for t in ts]
-    fences: dict[int, list[tuple[int, int]]] = {}
-    rows: list[tuple] = []
-    for ws, we in recall_windows(body, window):
-        parts: list[dict[str, Any]] = []
-        code = prose = 0
-        system_only = True
-        for t in ts[bisect_right(ends, ws):]:
-            if t["char_start"] >= we:
-                break
-            s, e = max(ws, t["char_start"]), min(we, t["char_end"])
-            if s >= e:
-                continue
-            if t["seq"] not in fences:
-                fences[t["seq"]] = list(fence_spans(body, t["char_start"], t["char_end"]))
-            total = _nonws(body[s:e])
-            fenced = sum(_nonws(body[max(s, fs):min(e, fe)])
-                         for fs, fe in fences[t["seq"]] if fs < e and fe > s)
-            code += fenced
-            prose += total - fenced
-            system_only = system_only and t.get("role") == "system"
-            parts.append({
-                "seq": t["seq"], "turn_id": t.get("turn_id"), "role": t.get("role"),
-                "session": t.get("session"), "date": t.get("date"), "char_start": s,
-                "char_end": e, "split": s > t["char_start"] or e < t["char_end"],
-            })
-        if code + prose == 0:
-            continue
-        if system_only:
-            kind = "system"
-        elif code == 0:
-            kind = "dialogue"
-        elif prose == 0:
-            kind = "code"
-        else:
-            kind = "mixed"
-        dates = sorted({str(p["date"]) for p in parts if p.get("date")})
-        rows.append((
-            len(rows), kind, ws, we, json.dumps(parts, ensure_ascii=False), None, None, None,
-            any(p["split"] for p in parts), dates[0] if dates else None,
-            dates[-1] if dates else None,
-        ))
-    return rows
-
-
-def fixed_blocks_sql(plpy, revision_id: int, window: int) -> list[tuple]:
-    """:func:`fixed_block_rows` for a stored revision (``donto._ab_fixed_blocks``)."""
-    from donto_pg.plpy_entry import revision_body
-
-    if window is None or window < 1:
-        plpy.error(f"donto._ab_fixed_blocks: window must be >= 1, got {window}",
-                   sqlstate="22023")
-    body = revision_body(plpy, revision_id)
-    plan = plpy.prepare(
-        "select seq, turn_id, role, session, time_anchor::text as date, header_start, "
-        "char_start, char_end from donto.turn where revision_id = $1 order by seq", ["bigint"])
-    turns = [dict(t) for t in plpy.execute(plan, [revision_id])]
-    if not turns:
-        plpy.error(f"donto._ab_fixed_blocks: revision {revision_id} has no turn table")
-    return fixed_block_rows(body, turns, window)
-
-
 # --- the holdout ------------------------------------------------------------------------
 
 
@@ -234,7 +150,7 @@ def _stratum(share: float) -> str:
 
 def _candidates(conn: psycopg.Connection, iris: list[str] | None) -> list[dict[str, Any]]:
     """Latest revision of each document (with turns) and its gold questions."""
-    from donto_pg.beam import code_char_share
+    from donto_pg.core.conversation import code_char_share
 
     rows = conn.execute(
         """
@@ -551,8 +467,8 @@ def run_ab(
     recall_arm: str = "hybrid",
     concurrency: int = 4,
     alarm_after: int = 50,
-    reject_injection: float = 0.02,
-    reject_anchor: float = 0.4,
+    reject_injection: float = ALARM_MAX_INJECTION,
+    reject_anchor: float = ALARM_MIN_ANCHOR,
     max_injection: float = 0.02,
     min_anchor: float | None = None,
     min_hypothesis: float = 0.5,

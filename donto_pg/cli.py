@@ -15,6 +15,7 @@ import typer
 from donto_pg import db as dbmod
 from donto_pg import migrate as mig
 from donto_pg.cluster import Cluster, ClusterError
+from donto_pg.extract import ALARM_MAX_INJECTION, ALARM_MIN_ANCHOR
 
 app = typer.Typer(
     help=__doc__,
@@ -114,8 +115,13 @@ def migrate(
 
 @ext_app.command("build")
 def extension_build() -> None:
-    """Assemble extension/donto.control and donto--VERSION.sql from sql/ and migrations/."""
-    for p in mig.build_extension():
+    """Regenerate the prompt-template seed in sql/070, then assemble extension/donto.control
+    and donto--VERSION.sql from sql/ and migrations/."""
+    from donto_pg import build
+
+    if build.write_template_seed():
+        typer.echo(f"wrote {build.SEED_FILE.relative_to(mig.ROOT)}")
+    for p in build.build_extension():
         typer.echo(f"wrote {p.relative_to(mig.ROOT)}")
 
 
@@ -127,7 +133,9 @@ def extension_install(
         help="Also CREATE EXTENSION donto CASCADE in the database and write its settings.")] = True,
 ) -> None:
     """Copy the extension files into the server's extension directory (pg_config --sharedir)."""
-    for p in mig.install_extension():
+    from donto_pg import build
+
+    for p in build.install_extension():
         typer.echo(f"installed {p}")
     if create:
         with dbmod.connect(dsn, vector=False) as conn:
@@ -197,9 +205,9 @@ def load_beam(
 
 def _model_name(model: str) -> str:
     """The name a model is registered under (a local path becomes absolute)."""
-    from donto_pg import embedder
+    from donto_pg.core import encoder
 
-    return embedder.resolve(model)[0]
+    return encoder.resolve(model)[0]
 
 
 def _embed(conn, model, *, context, progress, batch=16, page=1024):
@@ -245,9 +253,11 @@ def recall(
     as_json: JsonOpt = False,
 ) -> None:
     """Recall chunks for a query with donto.recall (the same call works in psql)."""
-    if conversation:
-        context = f"ctx:memory/episodic/beam/{conversation}"
+    from donto_pg import loader
+
     with dbmod.connect(dsn) as conn:
+        if conversation:
+            context = loader.recall_context(conn, conversation)
         rows = conn.execute(
             "select statement_id, revision_id, char_start, char_end, score, vector_rank, "
             "lexical_rank, valid_time::text, chunk_text "
@@ -308,7 +318,15 @@ def project_extraction(
         for d in data) or "nothing to project (load a conversation first)")
 
 
-@app.command()
+@app.command(help=f"""Extract claims from pending blocks; resumable, with a live alarm.
+
+    Each block is rendered by donto.render_for_extraction, sent to the provider(s)
+    and ingested by donto.ingest_extraction. Kill it at any time and run it again:
+    no block is extracted twice and none is lost. The alarm stops the run when,
+    after --alarm-after blocks, the injection rate is above {ALARM_MAX_INJECTION} or the
+    median anchor rate of dialogue blocks is below {ALARM_MIN_ANCHOR}. Exit code 1 when it
+    stopped early.
+    """)
 def extract(
     provider_config: Annotated[str | None, typer.Option(
         help="TOML file of OpenAI-compatible providers ([[provider]] tables; keys from env).")
@@ -327,14 +345,6 @@ def extract(
     dsn: DsnOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Extract claims from pending blocks; resumable, with a live alarm.
-
-    Each block is rendered by donto.render_for_extraction, sent to the provider(s)
-    and ingested by donto.ingest_extraction. Kill it at any time and run it again:
-    no block is extracted twice and none is lost. The alarm stops the run when,
-    after --alarm-after blocks, the injection rate is above 0.02 or the median
-    anchor rate of dialogue blocks is below 0.4. Exit code 1 when it stopped early.
-    """
     from donto_pg import extract as ex
     from donto_pg.llm import ProviderPool
 
@@ -457,8 +467,10 @@ def ab(
     recall_arm: Annotated[str, typer.Option(help="vector, lexical or hybrid.")] = "hybrid",
     concurrency: Annotated[int, typer.Option(min=1)] = 4,
     alarm_after: Annotated[int, typer.Option(min=0, help="Blocks before the live alarm.")] = 50,
-    reject_injection: Annotated[float, typer.Option(help="Early reject above this.")] = 0.02,
-    reject_anchor: Annotated[float, typer.Option(help="Early reject below this.")] = 0.4,
+    reject_injection: Annotated[float, typer.Option(
+        help="Early reject above this.")] = ALARM_MAX_INJECTION,
+    reject_anchor: Annotated[float, typer.Option(
+        help="Early reject below this.")] = ALARM_MIN_ANCHOR,
     max_injection: Annotated[float, typer.Option(help="Commit needs at most this.")] = 0.02,
     min_anchor: Annotated[float | None, typer.Option(
         help="Commit needs at least this (default: donto.healthy_anchor_rate()).")] = None,

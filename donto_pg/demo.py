@@ -86,7 +86,7 @@ def show_embed(conn: psycopg.Connection, echo: Echo) -> None:
 
 def show_recall(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult, dsn: str) -> None:
     _head(echo, "5. Recall three probing questions from SQL")
-    context = f"ctx:memory/episodic/beam/{res.conversation}"
+    context = loader.recall_context(conn, res.conversation)
     for ability in QUESTION_ABILITIES:
         row = conn.execute(
             "select question_id, question from donto.probe_question where revision_id = %s "

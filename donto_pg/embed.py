@@ -1,4 +1,7 @@
-"""Embed recall chunks that have no vector yet for a model (resumable).
+"""Embed recall chunks that have no vector yet for a model (resumable): the client that
+stores vectors in the database (``donto-pg embed``). The vectors themselves come from
+:mod:`donto_pg.core.encoder`, the in-process sentence-transformers model that the
+server's ``donto.embed_query`` uses too.
 
 Pages of pending chunks are embedded in length-sorted batches (less padding)
 and written by binary COPY into a staging table, then moved into
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from donto_pg import embedder
+from donto_pg.core import encoder
 from donto_pg.db import register_vector_if_present
 
 PENDING = """
@@ -48,8 +51,8 @@ class EmbedReport:
 
 
 def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, int, int]:
-    name, source = embedder.resolve(model)
-    dim = embedder.dimension(model)
+    name, source = encoder.resolve(model)
+    dim = encoder.dimension(model)
     mid = conn.execute("select donto.ensure_embedding_model(%s, %s, %s)",
                        (name, source, dim)).fetchone()[0]
     conn.commit()
@@ -66,7 +69,7 @@ def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: 
     if ingest not in ("ingest_embeddings", "ingest_measure_embeddings"):
         raise ValueError(f"unknown ingest function {ingest!r}")
     rows = sorted(rows, key=lambda r: len(r[1]))
-    vecs = embedder.encode([r[1] for r in rows], model, batch_size=batch)
+    vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
     register_vector_if_present(conn)  # binary COPY needs the vector type's loaders
     with conn.transaction():
         conn.execute("create temp table if not exists _donto_embedding_stage "
@@ -144,7 +147,7 @@ def embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, *
     if not rows:
         conn.commit()
         return 0
-    vecs = embedder.encode([r[1] for r in rows], model, batch_size=batch)
+    vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
     texts = ["[" + ",".join(f"{x:.7g}" for x in vec) + "]" for vec in vecs]
     n = conn.execute("select donto.ingest_standing_embeddings(%s, %s, %s)",
                      (model_id, [r[0] for r in rows], texts)).fetchone()[0]

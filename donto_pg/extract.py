@@ -28,11 +28,11 @@ start of a resumed run that already has that many, the extractor computes
 ``donto.extraction_run_stats`` and stops, saying why, if
 
 * the injection rate (blocks whose answer was hijacked, over all blocks) is above
-  ``max_injection``, or
-* the median anchor rate is below ``min_anchor``. The median is taken over the
-  *dialogue* blocks that returned at least one fact: code blocks are expected to
-  have no anchors (their type-facts are hypotheses without quotes), and blocks
-  with no facts are counted as broken, not as unanchored.
+  ``max_injection`` (default :data:`ALARM_MAX_INJECTION`), or
+* the median anchor rate is below ``min_anchor`` (default :data:`ALARM_MIN_ANCHOR`).
+  The median is taken over the *dialogue* blocks that returned at least one fact:
+  code blocks are expected to have no anchors (their type-facts are hypotheses
+  without quotes), and blocks with no facts are counted as broken, not as unanchored.
 
 Providers
 ---------
@@ -53,7 +53,6 @@ from typing import Any
 
 import psycopg
 
-from donto_pg import render
 from donto_pg.llm import ProviderError, ProviderFatalError, ProviderPool
 
 __all__ = [
@@ -61,14 +60,21 @@ __all__ = [
     "Progress",
     "ProjectionResult",
     "format_progress",
+    "ALARM_MAX_INJECTION",
+    "ALARM_MIN_ANCHOR",
     "format_report",
     "project_extraction",
     "resolve_revisions",
     "run_extraction",
-    "template_seed_sql",
 ]
 
 ConnFactory = Callable[[], psycopg.Connection]
+
+#: The live alarm (see above), the one home of its two numbers: stop when the injection
+#: rate is above ALARM_MAX_INJECTION or the median dialogue anchor rate is below
+#: ALARM_MIN_ANCHOR. The A/B gate's early reject uses the same defaults.
+ALARM_MAX_INJECTION = 0.02
+ALARM_MIN_ANCHOR = 0.4
 
 BASELINE_NOTE = (
     "baseline: the offline rule-based extractor (donto-baseline-v1), not a language model"
@@ -400,8 +406,8 @@ def run_extraction(
     providers: ProviderPool | None = None,
     concurrency: int = 4,
     alarm_after: int = 500,
-    max_injection: float = 0.02,
-    min_anchor: float = 0.4,
+    max_injection: float = ALARM_MAX_INJECTION,
+    min_anchor: float = ALARM_MIN_ANCHOR,
     limit: int | None = None,
     params: Mapping[str, Any] | None = None,
     run_name: str | None = None,
@@ -457,8 +463,8 @@ def extract_blocks(
     limit: int | None = None,
     concurrency: int = 4,
     alarm_after: int = 500,
-    max_injection: float = 0.02,
-    min_anchor: float = 0.4,
+    max_injection: float = ALARM_MAX_INJECTION,
+    min_anchor: float = ALARM_MIN_ANCHOR,
     max_consecutive_failures: int = 10,
     on_progress: Callable[[Progress], None] | None = None,
     event_detail: Mapping[str, Any] | None = None,
@@ -615,51 +621,3 @@ def _count(progress: Progress, summary: Mapping[str, Any]) -> None:
     if summary.get("injection"):
         progress.injected += 1
     progress.facts += int(summary.get("facts") or 0)
-
-
-# --- prompt templates in the database ---------------------------------------------------
-
-
-def _sql_text(text: str, indent: str, width: int = 76) -> str:
-    """A SQL expression for ``text``: short literals joined by ``||`` (lines <= 100 chars)."""
-    tokens: list[str] = []
-    lines = text.split("\n")
-    for i, line in enumerate(lines):
-        chunks: list[str] = []
-        rest = line
-        while len(rest) > width:
-            cut = rest.rfind(" ", 0, width) + 1 or width
-            chunks.append(rest[:cut])
-            rest = rest[cut:]
-        if rest or not chunks:
-            chunks.append(rest)
-        last = len(chunks) - 1
-        for k, chunk in enumerate(chunks):
-            lit = chunk.replace("'", "''")
-            if i < len(lines) - 1 and k == last:
-                tokens.append("E'" + lit.replace("\\", "\\\\") + "\\n'")
-            elif chunk:
-                tokens.append(f"'{lit}'")
-    return ("\n" + indent + "|| ").join(tokens or ["''"])
-
-
-def template_seed_sql() -> str:
-    """The rows of ``donto._prompt_template_seed()`` (sql/070-extraction.sql), generated
-    from :data:`donto_pg.render.TEMPLATES`, in their order (which is version order)."""
-    ind = " " * 8
-    rows = []
-    for n, ((family, version), t) in enumerate(render.TEMPLATES.items(), 1):
-        kinds = sorted(k for k, f in render.FAMILY_BY_KIND.items() if f == family)
-        fields = [
-            str(n),
-            f"'{family}'",
-            f"'{version}'",
-            "array[" + ", ".join(f"'{k}'" for k in kinds) + "]",
-            _sql_text(t["system"], ind),
-            _sql_text(t["preamble"], ind),
-            _sql_text(t["reminder"], ind),
-            _sql_text(t["schema_text"], ind),
-            "(" + _sql_text(json.dumps(t["schema"], sort_keys=True), ind) + ")::jsonb",
-        ]
-        rows.append("    (\n" + ind + (",\n" + ind).join(fields) + "\n    )")
-    return "    values\n" + ",\n".join(rows) + ";\n"

@@ -41,7 +41,7 @@ last error. The pool is thread-safe: share one between the workers of a
 ``ThreadPoolExecutor``.
 
 The provider name ``baseline`` is special: it answers locally with
-:mod:`donto_pg.baseline` (model ``donto-baseline-v1``), so the whole
+:mod:`donto_pg.core.rule_extractor` (model ``donto-baseline-v1``), so the whole
 pipeline runs offline (``ProviderPool.baseline()``).
 """
 
@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from donto_pg import baseline as _baseline
+from donto_pg.core import rule_extractor
 
 __all__ = [
     "BASELINE",
@@ -182,7 +182,7 @@ def _provider_from_table(i: int, table: Any) -> Provider:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"{where}: 'name' must be a non-empty string")
     if name == BASELINE:
-        return Provider(name=BASELINE, model=_baseline.BASELINE_MODEL)
+        return Provider(name=BASELINE, model=rule_extractor.BASELINE_MODEL)
     for key in ("base_url", "model"):
         if not isinstance(table.get(key), str) or not table[key].strip():
             raise ValueError(f"{where} ({name}): '{key}' must be a non-empty string")
@@ -458,11 +458,11 @@ def _baseline_complete(provider: Provider, messages: Sequence[Mapping[str, str]]
     prompt = next(
         (m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), ""
     )
-    text = _baseline.extract_from_prompt(prompt)
+    text = rule_extractor.extract_from_prompt(prompt)
     return Completion(
         text=text,
         provider=provider.name,
-        model=_baseline.BASELINE_MODEL,
+        model=rule_extractor.BASELINE_MODEL,
         usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         latency_s=time.monotonic() - started,
         finish_reason="stop",
@@ -538,7 +538,7 @@ class ProviderPool:
     @classmethod
     def baseline(cls) -> ProviderPool:
         """A pool with only the local rule-based extractor (no network)."""
-        return cls([Provider(name=BASELINE, model=_baseline.BASELINE_MODEL)], max_retries=0)
+        return cls([Provider(name=BASELINE, model=rule_extractor.BASELINE_MODEL)], max_retries=0)
 
     @classmethod
     def from_config(cls, path: str | Path, **kwargs: Any) -> ProviderPool:

@@ -38,8 +38,16 @@ class LoadResult:
         return asdict(self)
 
 
-def document_iri(conv: beam.Conversation) -> str:
-    return f"beam:{conv.conversation_id}"
+def document_iri(conv: beam.Conversation | str) -> str:
+    """The document IRI of a BEAM conversation (or of its id, e.g. ``100K/1``)."""
+    return f"beam:{conv if isinstance(conv, str) else conv.conversation_id}"
+
+
+def recall_context(conn: psycopg.Connection, conversation: beam.Conversation | str) -> str:
+    """The recall context of a BEAM conversation, as the database names it
+    (``donto.recall_context_iri``)."""
+    return conn.execute("select donto.recall_context_iri(%s)",
+                        (document_iri(conversation),)).fetchone()[0]
 
 
 def check_body(body: str, where: str) -> None:

@@ -12,7 +12,9 @@ Two kinds of SQL source (see sql/ and migrations/):
 
 ``migrate`` applies all of it in ONE transaction (all or nothing), under an
 advisory lock so two deployments cannot interleave. The same sources build
-``extension/donto--<version>.sql`` for ``CREATE EXTENSION donto``.
+``extension/donto--<version>.sql`` for ``CREATE EXTENSION donto`` (that assembly
+is :mod:`donto_pg.build`, out of the runtime path); :func:`create_extension` then
+creates it in a database.
 """
 
 from __future__ import annotations
@@ -20,16 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-import subprocess
-import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-
-from donto_pg import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
 SQL_DIR = ROOT / "sql"
@@ -219,124 +216,8 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
         raise
 
 
-# -- the extension -------------------------------------------------------------
-
-CONTROL = """\
-# donto-pg: append-only, bitemporal memory substrate for long conversations
-comment = 'donto-pg memory substrate: revisions, recall and extraction projections'
-default_version = '{version}'
-relocatable = false
-requires = 'plpython3u, vector'
-superuser = true
-"""
-
-
-# The released versions before this one, each with its last migration. Their
-# extension/donto--<version>.sql (and update scripts into them) are frozen files;
-# only this version's script and the update script from the last release are built.
-RELEASED = {"0.1.0": "006-ab.sql", "0.2.0": "007-recall-lexical.sql"}
-
-_CONFIG_DUMP = (
-    "-- Let pg_dump keep the data of every table (extension member tables are otherwise\n"
-    "-- dumped empty).\n"
-    "do $$\ndeclare v regclass;\nbegin\n"
-    "    for v in select c.oid::regclass from pg_catalog.pg_class as c\n"
-    "        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid\n"
-    "        where n.nspname = 'donto' and c.relkind = 'r'\n"
-    "    loop\n        perform pg_catalog.pg_extension_config_dump(v, '');\n    end loop;\n"
-    "end;\n$$;"
-)
-
-
-def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> str:
-    parts = [title, f'\\echo Use "{use}" to load this file. \\quit']
-    if head_text is not None:
-        parts.append(f"-- {HEAD}\n{head_text}")
-    for m in ms:
-        parts.append(f"-- migrations/{m.name}\n{m.text}")
-        parts.append(
-            f"insert into donto.migration (name, sha256) values ('{m.name}', '{m.sha256}');"
-        )
-    for s in idempotent_sources():
-        parts.append(f"-- sql/{s.name}\n{s.text}")
-    parts.append(_CONFIG_DUMP)
-    return "\n\n".join(parts) + "\n"
-
-
-def build_extension_script(version: str = __version__) -> str:
-    """The CREATE EXTENSION script: head, every migration with its ledger row, sql/."""
-    return _script(f"-- donto--{version}.sql: built by `donto-pg extension build` from sql/ "
-                   "and migrations/; do not edit.", "CREATE EXTENSION donto CASCADE",
-                   head().text, migrations())
-
-
-def build_update_script(old: str, version: str = __version__) -> str:
-    """ALTER EXTENSION donto UPDATE from release OLD: the migrations after OLD's last
-    one, with their ledger rows, then every idempotent sql/ file."""
-    last = RELEASED[old]
-    newer = [m for m in migrations() if m.name > last]
-    return _script(f"-- donto--{old}--{version}.sql: built by `donto-pg extension build`; "
-                   "do not edit.", "ALTER EXTENSION donto UPDATE", None, newer)
-
-
-def extension_files(version: str = __version__) -> dict[str, str]:
-    """The files `extension build` writes (the frozen ones of older releases aside)."""
-    files = {
-        "donto.control": CONTROL.format(version=version),
-        f"donto--{version}.sql": build_extension_script(version),
-    }
-    if RELEASED:
-        last = list(RELEASED)[-1]
-        files[f"donto--{last}--{version}.sql"] = build_update_script(last, version)
-    return files
-
-
-def build_extension(outdir: Path = EXTENSION_DIR) -> list[Path]:
-    outdir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in extension_files().items():
-        p = outdir / name
-        p.write_text(text, encoding="utf-8")
-        written.append(p)
-    return written
-
-
-def pg_sharedir(pg_config: str = "/usr/lib/postgresql/15/bin/pg_config") -> Path:
-    out = subprocess.run([pg_config, "--sharedir"], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
-
-
-def install_extension(sharedir: Path | None = None) -> list[Path]:
-    """Copy the control file and every script (this version's, the update scripts and
-    the frozen scripts of older releases) into the server's extension directory."""
-    target = (sharedir or pg_sharedir()) / "extension"
-    files = extension_files()
-    stale = [n for n, t in files.items()
-             if not (EXTENSION_DIR / n).exists() or (EXTENSION_DIR / n).read_text() != t]
-    if stale:
-        raise MigrationError(
-            f"extension/ is out of date with sql/ and migrations/ ({', '.join(stale)}): "
-            "run `donto-pg extension build` and commit the result"
-        )
-    out = []
-    for name in sorted({*files, *(p.name for p in EXTENSION_DIR.glob("donto--*.sql"))}):
-        dst = target / name
-        try:
-            shutil.copyfile(EXTENSION_DIR / name, dst)
-        except PermissionError as exc:
-            raise MigrationError(
-                f"cannot write {dst}: run as root (or the server's owner)") from exc
-        out.append(dst)
-    return out
-
-
 def create_extension(conn: psycopg.Connection, paths: list[str] | None = None) -> None:
     """CREATE EXTENSION donto CASCADE in the connected database and write its settings."""
     conn.execute("create extension if not exists donto cascade")
     write_settings(conn, paths)
     conn.commit()
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m donto_pg.migrate` builds the files
-    for p in build_extension():
-        print(p, file=sys.stderr)

@@ -67,7 +67,7 @@ one two use using want need make sure thanks thank help please really well yes o
 
 def _sentences(body: str, turns: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Prose sentences of the turns (code fences left out), with their spans and roles."""
-    from donto_pg.segmenter import fence_spans
+    from donto_pg.core.fences import fence_spans
 
     out = []
     for t in turns:
@@ -165,7 +165,7 @@ def abstractive_prompt(utterances: Sequence[Mapping[str, Any]], max_chars: int =
                        max_source_chars: int = 24000) -> tuple[list[dict[str, str]], int]:
     """Chat messages asking a model to summarize one session, and how many utterances
     were shortened to fit MAX_SOURCE_CHARS. UTTERANCES: {turn_id, role, date, text}."""
-    from donto_pg.render import BEGIN_SOURCE, END_SOURCE, utterance_line
+    from donto_pg.core.render import BEGIN_SOURCE, END_SOURCE, utterance_line
 
     n = max(len(utterances), 1)
     allot = max(200, max_source_chars // n)

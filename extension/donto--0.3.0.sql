@@ -574,6 +574,57 @@ comment on table donto.x_standing_vector is
 
 insert into donto.migration (name, sha256) values ('012-standing.sql', 'fafefdb4c94f6c08c22186896220633771a19955ef0143c939acf2bfef1f0bb7');
 
+-- migrations/013-row-types.sql
+-- 013: row shapes that several functions return get a name of their own, so that
+-- they are declared once: donto.recall_hit (donto.recall, donto.recall_by_vector)
+-- and donto.extraction_block_row (donto._extraction_blocks, donto._ab_fixed_blocks).
+-- A function's return type cannot change in place, so the four functions returning
+-- the old anonymous tables are dropped here; sql/ creates them again over the types.
+
+create type donto.recall_hit as (
+    statement_id bigint,
+    revision_id bigint,
+    char_start integer,
+    char_end integer,
+    chunk_text text,
+    valid_time daterange,
+    score double precision,
+    vector_rank integer,
+    lexical_rank integer
+);
+
+comment on type donto.recall_hit is
+'A recall result: the chunk statement, its revision and char span [char_start, char_end), '
+'its text and valid time, the fused score and each arm''s rank (null: not ranked by it).';
+
+create type donto.extraction_block_row as (
+    seq integer,
+    kind text,
+    char_start integer,
+    char_end integer,
+    turns jsonb,
+    prefix_start integer,
+    prefix_end integer,
+    prefix_turn_seq integer,
+    split boolean,
+    min_date date,
+    max_date date
+);
+
+comment on type donto.extraction_block_row is
+'An extraction block as cut from a revision, before it is stored in donto.extraction_block: '
+'order, kind, char span, message parts (turns), inert prefix span and turn, split, dates.';
+
+drop function if exists donto.recall(text, integer, text, timestamptz, text, text, integer);
+drop function if exists donto.recall_by_vector(
+    vector, text, integer, text, timestamptz, text, text, integer
+);
+drop function if exists donto._extraction_blocks(bigint, jsonb);
+drop function if exists donto._ab_fixed_blocks(bigint, integer);
+
+
+insert into donto.migration (name, sha256) values ('013-row-types.sql', 'd5d620dd9262906b8c0b998dd5fc44047eacc8857e8fdb074b7b358845ea3326');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included. Every table of schema
@@ -917,9 +968,24 @@ comment on function donto.statements_as_of(timestamptz, date) is
 -- package lives for the server's Python is the setting python_path, written
 -- by `donto-pg migrate` / `donto-pg extension install`.
 --
--- Every PL/Python function starts with:
+-- Every PL/Python function is two lines over the server floor (donto_pg.server):
 --     if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
---     D = GD['donto_pg']
+--     return GD['donto_pg'].<topic>.<fn>(plpy, ...)
+
+create or replace function donto.sql_version()
+returns text
+language sql
+immutable
+security invoker
+set search_path to pg_catalog, pg_temp
+/* The donto-pg version these SQL functions belong to; the server's Python package
+   (donto_pg.__version__) must be the same (checked by donto._py_boot). A unit test keeps
+   it equal to the package's version. */
+return '0.3.0';
+
+comment on function donto.sql_version() is
+'The donto-pg version of the installed SQL; donto._py_boot refuses a donto_pg package '
+'of another version. Immutable, invoker.';
 
 create or replace function donto._py_boot()
 returns void
@@ -927,7 +993,8 @@ language plpython3u
 volatile
 set search_path to pg_catalog, pg_temp
 as $py$
-# Put donto_pg on the server's sys.path (from setting python_path); cache it in GD.
+# Put donto_pg on the server's sys.path (from setting python_path), import its server
+# floor, check its version against the SQL's, cache it in GD.
 import importlib
 import json
 import os
@@ -942,17 +1009,30 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 try:
-    GD["donto_pg"] = importlib.import_module("donto_pg.plpy_entry")
+    server = importlib.import_module("donto_pg.server")
 except ImportError as exc:
     plpy.error(
         "donto: the server's Python cannot import donto_pg (%s); python_path = %r. "
         "Run `donto-pg migrate` (or `donto-pg extension install`) from the environment where "
         "donto-pg is installed, and make sure the server's OS user can read it." % (exc, paths)
     )
+sql_version = plpy.execute("select donto.sql_version() as v")[0]["v"]
+if server.__version__ != sql_version:
+    plpy.error(
+        "donto: the server's Python imports donto_pg %s (from %s) but the installed donto SQL "
+        "is version %s. Upgrade the SQL with `donto-pg migrate` (or ALTER EXTENSION donto "
+        "UPDATE after `donto-pg extension install`) from donto-pg %s, or point python_path at "
+        "a donto-pg %s install." % (server.__version__, os.path.dirname(server.__file__),
+                                   sql_version, server.__version__, sql_version),
+        sqlstate="55000",
+    )
+GD["donto_pg"] = server
 $py$;
 
 comment on function donto._py_boot() is
-'Load the donto_pg Python package into this backend (PL/Python), using setting python_path.';
+'Load the server floor of the donto_pg package (donto_pg.server) into this backend '
+'(PL/Python), using setting python_path; fails (55000) when its version is not '
+'donto.sql_version().';
 
 
 -- sql/050-recall.sql
@@ -969,11 +1049,11 @@ stable
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].recall_windows(plpy, p_revision_id, p_window)
+return GD['donto_pg'].recall.recall_windows(plpy, p_revision_id, p_window)
 $py$;
 
 comment on function donto._recall_windows(bigint, integer) is
-'The line-respecting windows of a revision (donto_pg.windows), with the dates of their turns.';
+'The line-respecting windows of a revision (donto_pg.core.windows), with the dates of their turns.';
 
 create or replace function donto.recall_context_iri(p_document_iri text)
 returns text
@@ -1241,7 +1321,7 @@ volatile
 set search_path to pg_catalog, public, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].embed_query(query, model)
+return GD['donto_pg'].recall.embed_query(plpy, query, model)
 $py$;
 
 comment on function donto.embed_query(text, text) is
@@ -1470,11 +1550,7 @@ create or replace function donto.recall_by_vector(
     arms text default 'hybrid',
     pool integer default null
 )
-returns table (
-    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
-    chunk_text text, valid_time daterange, score double precision,
-    vector_rank integer, lexical_rank integer
-)
+returns setof donto.recall_hit
 language plpgsql
 volatile
 set search_path to pg_catalog, public, pg_temp
@@ -1490,8 +1566,9 @@ iterative scans (filters never return fewer than k rows); hnsw.ef_search is
 1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
 least 40, at most 1,000). POOL defaults to a share of the N searched chunks,
 ceil(donto.recall_pool_share x N) (default 0.05) bounded by
-donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000), and
-never to less than k. It does not depend on k otherwise, so the first k rows
+donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
+the HNSW path donto.recall_pool_max_index, default 200, bounds it instead, for
+latency), and never to less than k. It does not depend on k otherwise, so the first k rows
 of a call with a larger k are the rows of the call with k (as long as k is at
 most the pool).
 
@@ -1535,6 +1612,7 @@ declare
     v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
     v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
     v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
+    v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '200')::integer;
     v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
     v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
     v_chunks integer := 0;
@@ -1554,6 +1632,7 @@ declare
     v_kept_rev bigint[] := '{}';
     v_span int8range;
     v_clash boolean;
+    v_hit donto.recall_hit;
     r record;
 begin
     if k is null or k < 1 then
@@ -1601,8 +1680,9 @@ begin
     v_exact := v_n <= v_exact_max;
     -- The default pool depends on the context's size, never on k: a larger k
     -- only reads further down the same ranking (k above the pool widens it).
-    v_pool := coalesce(pool, greatest(k, least(v_pool_max, greatest(v_pool_min,
-        pg_catalog.ceil(v_pool_share * v_n)::integer))));
+    v_pool := coalesce(pool, greatest(k, least(
+        case when v_exact then v_pool_max else v_pool_max_index end,
+        greatest(v_pool_min, pg_catalog.ceil(v_pool_share * v_n)::integer))));
     if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
         -- ef_search: the pool, widened by the share of the index that is outside
@@ -1766,32 +1846,18 @@ begin
         if not v_st_done and v_chunks >= v_after then
             v_st_done := true;
             for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
-                statement_id := v_st_ids[i];
-                revision_id := v_st_revs[i];
-                char_start := v_st_starts[i];
-                char_end := v_st_ends[i];
-                chunk_text := v_st_texts[i];
-                valid_time := v_st_valid[i];
-                score := v_st_sims[i];
-                vector_rank := null;
-                lexical_rank := null;
-                return next;
+                v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                             v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+                return next v_hit;
                 v_rows := v_rows + 1;
                 if v_rows >= k then
                     return;
                 end if;
             end loop;
         end if;
-        statement_id := r.statement_id;
-        revision_id := r.derived_from_revision;
-        char_start := r.char_start;
-        char_end := r.char_end;
-        chunk_text := r.chunk_text;
-        valid_time := r.valid_time;
-        score := r.score;
-        vector_rank := r.vr;
-        lexical_rank := r.lr;
-        return next;
+        v_hit := row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
+                     r.chunk_text, r.valid_time, r.score, r.vr, r.lr);
+        return next v_hit;
         v_rows := v_rows + 1;
         v_chunks := v_chunks + 1;
         exit when v_rows >= k;
@@ -1800,16 +1866,9 @@ begin
     if not v_st_done then
         for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
             exit when v_rows >= k;
-            statement_id := v_st_ids[i];
-            revision_id := v_st_revs[i];
-            char_start := v_st_starts[i];
-            char_end := v_st_ends[i];
-            chunk_text := v_st_texts[i];
-            valid_time := v_st_valid[i];
-            score := v_st_sims[i];
-            vector_rank := null;
-            lexical_rank := null;
-            return next;
+            v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                         v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+            return next v_hit;
             v_rows := v_rows + 1;
         end loop;
     end if;
@@ -1832,11 +1891,7 @@ create or replace function donto.recall(
     arms text default 'hybrid',
     pool integer default null
 )
-returns table (
-    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
-    chunk_text text, valid_time daterange, score double precision,
-    vector_rank integer, lexical_rank integer
-)
+returns setof donto.recall_hit
 language plpgsql
 volatile
 set search_path to pg_catalog, public, pg_temp
@@ -2028,7 +2083,7 @@ security invoker
 parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
-/* Generated by donto_pg.extract.template_seed_sql() from donto_pg.render.TEMPLATES. */
+/* Generated by donto_pg.build.template_seed_sql() from donto_pg.core.render.TEMPLATES. */
 -- BEGIN GENERATED TEMPLATES
     values
     (
@@ -2144,7 +2199,7 @@ as $$
 $$;
 
 comment on function donto._prompt_template_seed() is
-'The prompt templates shipped with this version (from donto_pg.render.TEMPLATES), in version '
+'The prompt templates shipped with this version (from donto_pg.core.render.TEMPLATES), in version '
 'order; sql/070-extraction.sql inserts the missing ones into donto.prompt_template.';
 
 do $$
@@ -2193,7 +2248,7 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].extraction_params_sql(plpy, params)
+return GD['donto_pg'].extraction.extraction_params_sql(plpy, params)
 $py$;
 
 comment on function donto._extraction_params(jsonb) is
@@ -2201,22 +2256,18 @@ comment on function donto._extraction_params(jsonb) is
 'name the same projection B.';
 
 create or replace function donto._extraction_blocks(rev_id bigint, params jsonb)
-returns table (
-    seq integer, kind text, char_start integer, char_end integer, turns jsonb,
-    prefix_start integer, prefix_end integer, prefix_turn_seq integer, split boolean,
-    min_date date, max_date date
-)
+returns setof donto.extraction_block_row
 language plpython3u
 stable
 security invoker
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].extraction_blocks(plpy, rev_id, params)
+return GD['donto_pg'].extraction.extraction_blocks(plpy, rev_id, params)
 $py$;
 
 comment on function donto._extraction_blocks(bigint, jsonb) is
-'The extraction blocks of a revision (donto_pg.segmenter over its body and turn table).';
+'The extraction blocks of a revision (donto_pg.core.segmenter over its body and turn table).';
 
 create or replace function donto.project_extraction(rev_id bigint, params jsonb default '{}')
 returns integer
@@ -2226,7 +2277,7 @@ security definer
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Projection B: cut revision REV_ID into extraction blocks (donto_pg.segmenter:
+Projection B: cut revision REV_ID into extraction blocks (donto_pg.core.segmenter:
 modality first - code fences make code blocks - then whole turns and exchanges,
 sessions as hard boundaries, a size cap of PARAMS.cap chars, 4,000 by default)
 and store them in donto.extraction_block under a projection of kind
@@ -2323,7 +2374,7 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].render_for_extraction(plpy, block_id, run_id)
+return GD['donto_pg'].extraction.render_for_extraction(plpy, block_id, run_id)
 $py$;
 
 comment on function donto.render_for_extraction(bigint, bigint) is
@@ -2341,7 +2392,7 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].anchor_in_revision(plpy, rev_id, quote, near)
+return GD['donto_pg'].extraction.anchor_in_revision(plpy, rev_id, quote, near)
 $py$;
 
 comment on function donto.anchor(bigint, text, integer) is
@@ -2356,11 +2407,11 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].parse_claims(response)
+return GD['donto_pg'].extraction.parse_claims(plpy, response)
 $py$;
 
 comment on function donto._parse_claims(text) is
-'Parse a raw extractor response (donto_pg.claims): status ok/empty/broken, error, rejected '
+'Parse a raw extractor response (donto_pg.core.claims): status ok/empty/broken, error, rejected '
 'items, injection signals and the validated claims.';
 
 -- -- runs -----------------------------------------------------------------------------
@@ -3092,8 +3143,8 @@ comment on view donto.claim_provenance is
 
 
 -- sql/075-ab.sql
--- The A/B gate of chunking strategies (donto-pg ab, donto_pg/ab.py) and the
--- session-summary recall arm (donto_pg/summaries.py).
+-- The A/B gate of chunking strategies (donto-pg ab: donto_pg/ab.py on the client,
+-- donto_pg/server/ab.py in PL/Python). Session summaries are sql/076-summaries.sql.
 --
 -- An arm re-chunks ONLY a holdout into contexts of its own, ctx:measure/<arm>/<doc>:
 -- its units are extraction blocks of a projection whose strategy starts with 'ab/'
@@ -3117,22 +3168,6 @@ $$;
 comment on function donto.measure_context_iri(text, text) is
 'The context of an A/B arm''s units for a document: (semantic, beam:100K/1) -> '
 'ctx:measure/semantic/beam/100K/1. Immutable, security invoker.';
-
-create or replace function donto.summary_context_iri(p_document_iri text)
-returns text
-language sql
-immutable
-security invoker
-parallel safe
-set search_path to pg_catalog, pg_temp
-as $$
-/* ctx:memory/summary/<scheme>/<rest> for a document IRI <scheme>:<rest>. */
-    select 'ctx:memory/summary/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
-$$;
-
-comment on function donto.summary_context_iri(text) is
-'The session-summary context of a document: beam:100K/1 -> ctx:memory/summary/beam/100K/1. '
-'Immutable, security invoker.';
 
 -- -- arms and their units -------------------------------------------------------------
 
@@ -3208,25 +3243,20 @@ comment on function donto.ab_register_arm(text, text, jsonb, text) is
 'is bound to one strategy and parameters. Volatile, security definer.';
 
 create or replace function donto._ab_fixed_blocks(rev_id bigint, window_chars integer)
-returns table (
-    seq integer, kind text, char_start integer, char_end integer, turns jsonb,
-    prefix_start integer, prefix_end integer, prefix_turn_seq integer, split boolean,
-    min_date date, max_date date
-)
+returns setof donto.extraction_block_row
 language plpython3u
 stable
 security invoker
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-from donto_pg import ab
-return ab.fixed_blocks_sql(plpy, rev_id, window_chars)
+return GD['donto_pg'].ab.fixed_blocks_sql(plpy, rev_id, window_chars)
 $py$;
 
 comment on function donto._ab_fixed_blocks(bigint, integer) is
 'Fixed line-respecting windows of a revision (the spans of projection A) as extraction '
 'units: message content parts as metadata, kind by code fences, no inert prefix; windows '
-'holding no message content are left out (donto_pg.ab.fixed_block_rows). Stable, invoker.';
+'holding no message content are left out (donto_pg.server.ab.fixed_block_rows). Stable, invoker.';
 
 create or replace function donto.ab_project_arm(p_arm text, p_revision_id bigint)
 returns integer
@@ -3936,7 +3966,27 @@ comment on view donto.ab_report is
 'The latest result of every A/B arm on every gate, with metrics 1-4, recall hit@k against '
 'the fixed-1,200 baseline and the verdict at the default thresholds (for the dashboard).';
 
--- -- session summaries --------------------------------------------------------------------
+
+-- sql/076-summaries.sql
+-- Session summaries: one summary per session of a revision (donto-pg summarize,
+-- donto_pg/summaries.py), recorded in ctx:memory/summary/<doc> and embedded as a
+-- coarse recall key; donto.recall never returns them, donto.recall_summaries does.
+
+create or replace function donto.summary_context_iri(p_document_iri text)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* ctx:memory/summary/<scheme>/<rest> for a document IRI <scheme>:<rest>. */
+    select 'ctx:memory/summary/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
+$$;
+
+comment on function donto.summary_context_iri(text) is
+'The session-summary context of a document: beam:100K/1 -> ctx:memory/summary/beam/100K/1. '
+'Immutable, security invoker.';
 
 create or replace view donto.session_span as
 select
@@ -4219,7 +4269,7 @@ comment on function donto.recall_summaries(text, integer, text, text, text, text
 
 -- sql/080-payload.sql
 -- Token-budgeted recall payloads: donto.recall hits packed into one jsonb
--- whose rendered size never exceeds max_tokens (the logic is donto_pg.payload).
+-- whose rendered size never exceeds max_tokens (the logic is donto_pg.core.payload).
 
 create or replace function donto.recall_payload(
     query text,
@@ -4237,8 +4287,8 @@ security invoker
 set search_path to pg_catalog, public, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-from donto_pg import payload
-return payload.recall_payload_sql(plpy, query, max_tokens, k, chunk_tokens, context, as_of, model)
+return GD['donto_pg'].payload.recall_payload_sql(
+    plpy, query, max_tokens, k, chunk_tokens, context, as_of, model)
 $py$;
 
 comment on function donto.recall_payload(
@@ -4255,7 +4305,7 @@ comment on function donto.recall_payload(
 
 -- sql/085-standing.sql
 -- Standing memory: the user's instructions, preferences and constraints,
--- projected from a revision by a rule-based detector (donto_pg.standing),
+-- projected from a revision by a rule-based detector (donto_pg.core.standing),
 -- superseded by later ones on the same subject, recalled in reserved slots.
 
 create or replace function donto._standing_detect(p_revision_id bigint)
@@ -4268,11 +4318,11 @@ stable
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].standing_rows(plpy, p_revision_id)
+return GD['donto_pg'].standing.standing_rows(plpy, p_revision_id)
 $py$;
 
 comment on function donto._standing_detect(bigint) is
-'The standing statements the rule-based detector (donto_pg.standing) finds in the user turns '
+'The standing statements the rule-based detector (donto_pg.core.standing) finds in the user turns '
 'of a revision, with their char spans in the revision and the date of their turn.';
 
 create or replace function donto.standing_context_iri(p_document_iri text)
@@ -4298,7 +4348,7 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Project revision REV_ID into standing statements: every sentence of a user
-turn that the rule-based detector (donto_pg.standing, strategy rules-v1)
+turn that the rule-based detector (donto_pg.core.standing, strategy rules-v1)
 reads as an instruction, a preference or a constraint becomes a statement
 (predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
 key}, char span of the sentence in the revision, so that substring(body from

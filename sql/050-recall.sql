@@ -11,11 +11,11 @@ stable
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].recall_windows(plpy, p_revision_id, p_window)
+return GD['donto_pg'].recall.recall_windows(plpy, p_revision_id, p_window)
 $py$;
 
 comment on function donto._recall_windows(bigint, integer) is
-'The line-respecting windows of a revision (donto_pg.windows), with the dates of their turns.';
+'The line-respecting windows of a revision (donto_pg.core.windows), with the dates of their turns.';
 
 create or replace function donto.recall_context_iri(p_document_iri text)
 returns text
@@ -283,7 +283,7 @@ volatile
 set search_path to pg_catalog, public, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].embed_query(query, model)
+return GD['donto_pg'].recall.embed_query(plpy, query, model)
 $py$;
 
 comment on function donto.embed_query(text, text) is
@@ -512,11 +512,7 @@ create or replace function donto.recall_by_vector(
     arms text default 'hybrid',
     pool integer default null
 )
-returns table (
-    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
-    chunk_text text, valid_time daterange, score double precision,
-    vector_rank integer, lexical_rank integer
-)
+returns setof donto.recall_hit
 language plpgsql
 volatile
 set search_path to pg_catalog, public, pg_temp
@@ -598,6 +594,7 @@ declare
     v_kept_rev bigint[] := '{}';
     v_span int8range;
     v_clash boolean;
+    v_hit donto.recall_hit;
     r record;
 begin
     if k is null or k < 1 then
@@ -811,32 +808,18 @@ begin
         if not v_st_done and v_chunks >= v_after then
             v_st_done := true;
             for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
-                statement_id := v_st_ids[i];
-                revision_id := v_st_revs[i];
-                char_start := v_st_starts[i];
-                char_end := v_st_ends[i];
-                chunk_text := v_st_texts[i];
-                valid_time := v_st_valid[i];
-                score := v_st_sims[i];
-                vector_rank := null;
-                lexical_rank := null;
-                return next;
+                v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                             v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+                return next v_hit;
                 v_rows := v_rows + 1;
                 if v_rows >= k then
                     return;
                 end if;
             end loop;
         end if;
-        statement_id := r.statement_id;
-        revision_id := r.derived_from_revision;
-        char_start := r.char_start;
-        char_end := r.char_end;
-        chunk_text := r.chunk_text;
-        valid_time := r.valid_time;
-        score := r.score;
-        vector_rank := r.vr;
-        lexical_rank := r.lr;
-        return next;
+        v_hit := row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
+                     r.chunk_text, r.valid_time, r.score, r.vr, r.lr);
+        return next v_hit;
         v_rows := v_rows + 1;
         v_chunks := v_chunks + 1;
         exit when v_rows >= k;
@@ -845,16 +828,9 @@ begin
     if not v_st_done then
         for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
             exit when v_rows >= k;
-            statement_id := v_st_ids[i];
-            revision_id := v_st_revs[i];
-            char_start := v_st_starts[i];
-            char_end := v_st_ends[i];
-            chunk_text := v_st_texts[i];
-            valid_time := v_st_valid[i];
-            score := v_st_sims[i];
-            vector_rank := null;
-            lexical_rank := null;
-            return next;
+            v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                         v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+            return next v_hit;
             v_rows := v_rows + 1;
         end loop;
     end if;
@@ -877,11 +853,7 @@ create or replace function donto.recall(
     arms text default 'hybrid',
     pool integer default null
 )
-returns table (
-    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
-    chunk_text text, valid_time daterange, score double precision,
-    vector_rank integer, lexical_rank integer
-)
+returns setof donto.recall_hit
 language plpgsql
 volatile
 set search_path to pg_catalog, public, pg_temp

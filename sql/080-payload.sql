@@ -1,5 +1,5 @@
 -- Token-budgeted recall payloads: donto.recall hits packed into one jsonb
--- whose rendered size never exceeds max_tokens (the logic is donto_pg.payload).
+-- whose rendered size never exceeds max_tokens (the logic is donto_pg.core.payload).
 
 create or replace function donto.recall_payload(
     query text,
@@ -17,8 +17,8 @@ security invoker
 set search_path to pg_catalog, public, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-from donto_pg import payload
-return payload.recall_payload_sql(plpy, query, max_tokens, k, chunk_tokens, context, as_of, model)
+return GD['donto_pg'].payload.recall_payload_sql(
+    plpy, query, max_tokens, k, chunk_tokens, context, as_of, model)
 $py$;
 
 comment on function donto.recall_payload(

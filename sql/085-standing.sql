@@ -1,5 +1,5 @@
 -- Standing memory: the user's instructions, preferences and constraints,
--- projected from a revision by a rule-based detector (donto_pg.standing),
+-- projected from a revision by a rule-based detector (donto_pg.core.standing),
 -- superseded by later ones on the same subject, recalled in reserved slots.
 
 create or replace function donto._standing_detect(p_revision_id bigint)
@@ -12,11 +12,11 @@ stable
 set search_path to pg_catalog, pg_temp
 as $py$
 if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].standing_rows(plpy, p_revision_id)
+return GD['donto_pg'].standing.standing_rows(plpy, p_revision_id)
 $py$;
 
 comment on function donto._standing_detect(bigint) is
-'The standing statements the rule-based detector (donto_pg.standing) finds in the user turns '
+'The standing statements the rule-based detector (donto_pg.core.standing) finds in the user turns '
 'of a revision, with their char spans in the revision and the date of their turn.';
 
 create or replace function donto.standing_context_iri(p_document_iri text)
@@ -42,7 +42,7 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Project revision REV_ID into standing statements: every sentence of a user
-turn that the rule-based detector (donto_pg.standing, strategy rules-v1)
+turn that the rule-based detector (donto_pg.core.standing, strategy rules-v1)
 reads as an instruction, a preference or a constraint becomes a statement
 (predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
 key}, char span of the sentence in the revision, so that substring(body from

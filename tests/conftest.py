@@ -125,13 +125,52 @@ def module_database(request: pytest.FixtureRequest, suffix: str) -> Iterator[psy
             conn.close()
 
 
-def write_chat(root: Path, cid: str, batches, questions=None) -> Path:
-    """A BEAM conversation directory root/chats/100K/CID (chat.json, probing questions)."""
-    d = root / "chats" / "100K" / cid
-    (d / "probing_questions").mkdir(parents=True)
-    (d / "chat.json").write_text(batches if isinstance(batches, str) else json.dumps(batches))
-    (d / "probing_questions" / "probing_questions.json").write_text(json.dumps(questions or {}))
+def write_chat(root: Path, cid: str, batches, questions="{}", scale: str = "100K") -> Path:
+    """A BEAM conversation directory root/chats/SCALE/CID: chat.json (BATCHES, a value or
+    JSON text) and probing_questions/probing_questions.json (QUESTIONS, a value or JSON
+    text; None: no questions file)."""
+    d = root / "chats" / scale / cid
+    d.mkdir(parents=True)
+    (d / "chat.json").write_text(batches if isinstance(batches, str) else json.dumps(batches),
+                                 encoding="utf-8")
+    if questions is not None:
+        (d / "probing_questions").mkdir()
+        (d / "probing_questions" / "probing_questions.json").write_text(
+            questions if isinstance(questions, str) else json.dumps(questions), encoding="utf-8")
     return d
+
+
+def small_chat(text="I moved to Berlin in March.", anchor="March-15-2024", ids=(0, 1)):
+    """The batches of a one-exchange BEAM conversation (a user message and a reply)."""
+    return [{"batch_number": 1, "time_anchor": None, "turns": [[
+        {"role": "user", "id": ids[0], "time_anchor": anchor, "content": text + " ->-> 1,1",
+         "question_type": "main_question", "index": "1,1"},
+        {"role": "assistant", "id": ids[1], "content": "Noted: Berlin."},
+    ]]}]
+
+
+def session_batches(sessions) -> list[dict]:
+    """BEAM batches from SESSIONS = [(time anchor, [(role, text), ...]), ...]: one batch
+    (one exchange) per session, message ids counted from 0."""
+    batches, n = [], 0
+    for b, (anchor, msgs) in enumerate(sessions, 1):
+        turns = []
+        for role, text in msgs:
+            msg = {"role": role, "id": n, "content": text}
+            if not turns:
+                msg["time_anchor"] = anchor
+            turns.append(msg)
+            n += 1
+        batches.append({"batch_number": b, "turns": [turns]})
+    return batches
+
+
+def run_cli(db, *args, **kw) -> subprocess.CompletedProcess[str]:
+    """Run ``donto-pg ARGS --dsn <the test database>`` in a subprocess."""
+    info = db.info
+    dsn = f"host={info.host} port={info.port} user={info.user} dbname={info.dbname}"
+    return subprocess.run([sys.executable, "-m", "donto_pg", *args, "--dsn", dsn],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, **kw)
 
 
 def run_cli_as(*args: str, env: dict[str, str], user: str | None = None,

@@ -17,10 +17,11 @@ import pytest
 from psycopg import errors
 
 from donto_pg import ab, beam, extract, loader, summaries
+from donto_pg.core.windows import recall_windows
 from donto_pg.db import register_vector_if_present
 from donto_pg.embed import embed_pending
 from donto_pg.llm import Provider, ProviderPool
-from donto_pg.windows import recall_windows
+from donto_pg.server.ab import fixed_block_rows
 from tests.conftest import EXAMPLES
 from tests.fakellm import HIJACKED_TUTORIAL, FakeLLM
 
@@ -128,7 +129,7 @@ def test_fixed_blocks_are_the_windows_with_content_parts_and_kinds():
     body, spans = beam.format_chat(conv)
     turns = [dataclasses.asdict(s) | {"date": s.date.isoformat() if s.date else None}
              for s in spans]
-    rows = ab.fixed_block_rows(body, turns, 1200)
+    rows = fixed_block_rows(body, turns, 1200)
     windows = list(recall_windows(body, 1200))
     assert [(r[2], r[3]) for r in rows] == windows  # no header-only window here
     kinds = {r[1] for r in rows}
@@ -148,7 +149,7 @@ def test_fixed_blocks_are_the_windows_with_content_parts_and_kinds():
           "header_start": len(head), "char_start": start, "char_end": start + 30}]
     windows = list(recall_windows(body, 33))
     assert body[slice(*windows[0])] == head
-    assert [r[2:4] for r in ab.fixed_block_rows(body, t, 33)] == windows[1:]
+    assert [r[2:4] for r in fixed_block_rows(body, t, 33)] == windows[1:]
 
 
 def test_extractive_summary_is_deterministic_and_verbatim():

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import EXAMPLES
-from tests.db.test_loader import run_cli
+from tests.conftest import EXAMPLES, run_cli, small_chat, write_chat
 
 
 def test_eval_recall_lexical_json_and_plot(db, tmp_path):
@@ -29,8 +28,6 @@ def test_eval_recall_names_a_missing_path(db):
 
 
 def test_project_extraction_and_extract_json(db, tmp_path):
-    from tests.db.test_loader import small_chat, write_chat
-
     write_chat(tmp_path, "1", small_chat())
     db.commit()
     assert run_cli(db, "load-beam", str(tmp_path), "--no-embed").returncode == 0

@@ -30,7 +30,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from donto_pg import baseline, dashboard, evaluate, extract, loader
+from donto_pg import dashboard, evaluate, extract, loader
+from donto_pg.core import rule_extractor
 from donto_pg.llm import Provider, ProviderPool
 from tests.conftest import EXAMPLES, ROOT
 from tests.fakellm import HIJACKED_TUTORIAL, FakeLLM
@@ -200,7 +201,7 @@ def degrading_answer(prompt: str) -> str:
     about a third of the blocks (degraded), else the baseline's answer."""
     if "decorators work" in prompt:
         return HOSTILE_ANSWER
-    facts = json.loads(baseline.extract_from_prompt(prompt))
+    facts = json.loads(rule_extractor.extract_from_prompt(prompt))
     if zlib.crc32(prompt.encode()) % 3 == 0:
         for f in facts:
             if f.get("quote"):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import ROOT
-from tests.db.test_loader import small_chat, write_chat
+from tests.conftest import ROOT, small_chat, write_chat
 
 
 def test_demo_runs_every_step(db, tmp_path):

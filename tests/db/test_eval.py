@@ -11,7 +11,8 @@ import json
 import psycopg
 import pytest
 
-from donto_pg import embedder, loader
+from donto_pg import loader
+from donto_pg.core import encoder
 from donto_pg.embed import embed_pending
 from donto_pg.evaluate import eval_recall, format_table
 from tests.conftest import EXAMPLES, module_database, write_chat
@@ -48,7 +49,7 @@ def report(edb):
 
 
 def _vec(text: str):
-    return embedder.encode([text])[0]
+    return encoder.encode([text])[0]
 
 
 def _recall(conn, query: str, k: int, *, context: str | None, arms: str = "hybrid",

@@ -13,16 +13,17 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import errors
 
-from donto_pg import beam, extract, loader, plpy_entry, render
+from donto_pg import beam, build, extract, loader
+from donto_pg.core import render
+from donto_pg.core.segmenter import segment
 from donto_pg.llm import Provider, ProviderPool
-from donto_pg.segmenter import segment
-from tests.conftest import EXAMPLES, ROOT
+from donto_pg.server import extraction
+from tests.conftest import EXAMPLES, ROOT, session_batches, write_chat
 from tests.fakellm import HIJACKED_TUTORIAL, FakeLLM, Reply
 
 CONV1 = EXAMPLES / "chats" / "100K" / "1"
@@ -107,28 +108,10 @@ ANSWERS = {
 }
 
 
-def write_chat(root: Path, cid: str, sessions=SESSIONS) -> Path:
-    batches, n = [], 0
-    for b, (anchor, msgs) in enumerate(sessions, 1):
-        turns = []
-        for role, text in msgs:
-            msg = {"role": role, "id": n, "content": text}
-            if not turns:
-                msg["time_anchor"] = anchor
-            turns.append(msg)
-            n += 1
-        batches.append({"batch_number": b, "turns": [turns]})
-    d = root / "chats" / "100K" / cid
-    (d / "probing_questions").mkdir(parents=True)
-    (d / "chat.json").write_text(json.dumps(batches))
-    (d / "probing_questions" / "probing_questions.json").write_text("{}")
-    return d
-
-
 @pytest.fixture
 def small(db, tmp_path) -> int:
     """The small conversation loaded (with projection A) and projected (B); its revision."""
-    res = loader.load_beam(db, str(write_chat(tmp_path, "7")))
+    res = loader.load_beam(db, str(write_chat(tmp_path, "7", session_batches(SESSIONS))))
     assert res[0].ok, res[0].error
     rev = res[0].revision_id
     db.execute("select donto.project_extraction(%s)", (rev,))
@@ -299,8 +282,8 @@ def test_prompt_templates_live_in_the_database(db):
     assert current == render.CURRENT_VERSIONS
     # the seed in sql/070 is generated from render.TEMPLATES
     sql = (ROOT / "sql" / "070-extraction.sql").read_text()
-    assert extract.template_seed_sql() in sql, \
-        "sql/070-extraction.sql is stale: regenerate it with extract.template_seed_sql()"
+    assert build.template_seed_sql() in sql, \
+        "sql/070-extraction.sql is stale: regenerate it with `donto-pg extension build`"
     # re-running the idempotent SQL adds nothing
     db.execute(sql)
     assert db.execute("select count(*) from donto.prompt_template").fetchone()[0] == len(rows)
@@ -335,7 +318,7 @@ def test_render_ends_with_the_reminder_whatever_the_last_message_says(db, small)
     b = next(x for x in blocks_of(db, small) if x["block_id"] == poem)
     turns = [{"turn_id": p["turn_id"], "role": p["role"], "date": p["date"],
               "text": body[p["char_start"]:p["char_end"]]}
-             for p in plpy_entry.merge_parts(b["turns"])]
+             for p in extraction.merge_parts(b["turns"])]
     assert prompt == render.render_block({"turns": turns, "prefix": None},
                                          render.TEMPLATES[("stated_fact", "v1")])
 
@@ -357,7 +340,7 @@ def test_only_render_for_extraction_wraps_block_text_for_a_model(db):
         "and p.prosrc ~ '(render_for_extraction|render_block|render_messages)' order by 1"
     ).fetchall()
     assert wrapping == [("render_for_extraction",)]
-    tree = ast.parse((ROOT / "donto_pg" / "plpy_entry.py").read_text())
+    tree = ast.parse((ROOT / "donto_pg" / "server" / "extraction.py").read_text())
     users = {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
              for n in ast.walk(f) if isinstance(n, ast.Attribute)
              and n.attr in {"render_block", "render_messages"}}

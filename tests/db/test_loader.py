@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from donto_pg import beam, loader
-from donto_pg.windows import recall_windows
-from tests.conftest import EXAMPLES, ROOT, write_chat
+from donto_pg.core.windows import recall_windows
+from tests.conftest import EXAMPLES, ROOT, run_cli, small_chat, write_chat
 
 CONV13 = EXAMPLES / "chats" / "100K" / "13"
 
@@ -22,14 +22,6 @@ def counts(conn) -> dict[str, int]:
     tables = ["document", "revision", "turn", "statement", "x_memory_record",
               "x_memory_lexical", "projection", "probe_question", "context"]
     return {t: conn.execute(f"select count(*) from donto.{t}").fetchone()[0] for t in tables}
-
-
-def small_chat(text="I moved to Berlin in March.", anchor="March-15-2024", ids=(0, 1)):
-    return [{"batch_number": 1, "time_anchor": None, "turns": [[
-        {"role": "user", "id": ids[0], "time_anchor": anchor, "content": text + " ->-> 1,1",
-         "question_type": "main_question", "index": "1,1"},
-        {"role": "assistant", "id": ids[1], "content": "Noted: Berlin."},
-    ]]}]
 
 
 def test_load_conversation_and_projection_a(db):
@@ -147,13 +139,6 @@ def test_hugging_face_rows_load(db):
     # the same conversations as the GitHub layout: same canonical text, same revision
     gh = loader.load_beam(db, str(CONV13))[0]
     assert gh.revision_id in {r.revision_id for r in res} and not gh.new_revision
-
-
-def run_cli(db, *args, **kw):
-    info = db.info
-    dsn = f"host={info.host} port={info.port} user={info.user} dbname={info.dbname}"
-    return subprocess.run([sys.executable, "-m", "donto_pg", *args, "--dsn", dsn],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600, **kw)
 
 
 def test_cli_load_reports_failures_with_exit_code(db, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -11,10 +12,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from donto_pg import migrate
-from tests.conftest import run_cli_as
-
-ROOT = Path(__file__).resolve().parents[2]
+import donto_pg
+from donto_pg import build, migrate
+from tests.conftest import ROOT, run_cli_as
 
 CATALOG = """
 select 'column', c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
@@ -118,7 +118,7 @@ def test_upgrade_to_007_moves_the_full_text_vectors_unchanged(fresh_db):
     before = conn.execute("select statement_id, projection_id, tsv::text "
                           "from donto.x_memory_record order by 1").fetchall()
     conn.commit()
-    assert migrate.migrate(conn)[-1] == "007-recall-lexical.sql"
+    assert migrate.migrate(conn)[0] == "007-recall-lexical.sql"  # the next one after 006
     after = conn.execute("select statement_id, projection_id, tsv::text "
                          "from donto.x_memory_lexical order by 1").fetchall()
     assert after == before and len(after) == 2
@@ -164,17 +164,31 @@ def test_python_path_setting_is_written(db):
     db.execute("select donto._py_boot()")  # the server's Python imports donto_pg
 
 
+def test_py_boot_refuses_a_package_of_another_version(db, connect):
+    """The SQL and the server's donto_pg must be one version (a stale install says so)."""
+    assert db.execute("select donto.sql_version()").fetchone()[0] == donto_pg.__version__
+    db.execute("select donto._py_boot()")
+    db.execute("create or replace function donto.sql_version() returns text language sql "
+               "immutable return '0.0.1'")
+    db.commit()
+    other = connect()  # a new backend: nothing cached in GD yet
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
+                       match=rf"imports donto_pg {re.escape(donto_pg.__version__)} .* installed "
+                       r"donto SQL is version 0\.0\.1\. Upgrade the SQL with `donto-pg migrate`"):
+        other.execute("select donto.anchor(1, 'x', null)")
+
+
 def test_committed_extension_files_match_sources():
-    for name, text in migrate.extension_files().items():
+    for name, text in build.extension_files().items():
         assert (ROOT / "extension" / name).read_text() == text, (
             f"extension/{name} is stale: run `donto-pg extension build`")
 
 
 def test_create_extension_gives_the_same_schema(fresh_db):
-    sharedir = migrate.pg_sharedir() / "extension"
+    sharedir = build.pg_sharedir() / "extension"
     if not os.access(sharedir, os.W_OK):
         pytest.skip(f"installing into {sharedir} needs root (CI runs as root)")
-    migrate.install_extension()
+    build.install_extension()
     via_ext, via_migrate = fresh_db(), fresh_db()
     migrate.create_extension(via_ext)
     migrate.migrate(via_migrate)
@@ -186,16 +200,16 @@ def test_create_extension_gives_the_same_schema(fresh_db):
         migrate.migrate(via_ext)
 
 
-@pytest.mark.parametrize("old", list(migrate.RELEASED))
+@pytest.mark.parametrize("old", list(build.RELEASED))
 def test_alter_extension_update_from_a_release_keeps_the_data(fresh_db, old):
     """CREATE EXTENSION donto VERSION <a release>, load a conversation with that
     release's functions, ALTER EXTENSION donto UPDATE (through every later release):
     the schema equals a fresh install and the chunks keep their full-text vectors
     (in x_memory_record.tsv before 0.2.0, in donto.x_memory_lexical since)."""
-    sharedir = migrate.pg_sharedir() / "extension"
+    sharedir = build.pg_sharedir() / "extension"
     if not os.access(sharedir, os.W_OK):
         pytest.skip(f"installing into {sharedir} needs root (CI runs as root)")
-    migrate.install_extension()
+    build.install_extension()
     updated, fresh = fresh_db(), fresh_db()
     updated.execute(f"create extension donto version '{old}' cascade")
     migrate.write_settings(updated)
@@ -209,7 +223,7 @@ def test_alter_extension_update_from_a_release_keeps_the_data(fresh_db, old):
     updated.execute("alter extension donto update")
     updated.commit()
     assert updated.execute("select extversion from pg_extension where extname = 'donto'"
-                           ).fetchone()[0] == migrate.__version__
+                           ).fetchone()[0] == build.__version__
     migrate.create_extension(fresh)
     assert catalog(updated) == catalog(fresh)
     assert updated.execute("select statement_id, tsv::text from donto.x_memory_lexical "

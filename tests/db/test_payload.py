@@ -9,9 +9,9 @@ import psycopg
 import pytest
 
 from donto_pg import loader
+from donto_pg.core.payload import Hit, build_payload, default_chunk_tokens
+from donto_pg.core.tokens import count_json_tokens, count_tokens, render_json
 from donto_pg.embed import embed_pending
-from donto_pg.payload import Hit, build_payload, default_chunk_tokens
-from donto_pg.tokens import count_json_tokens, count_tokens, render_json
 from tests.conftest import EXAMPLES, module_database, write_chat
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Tests for donto_pg.anchor (char-offset anchoring of quotes)."""
+"""Tests for donto_pg.core.anchor (char-offset anchoring of quotes)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from donto_pg.anchor import anchor, normalize
+from donto_pg.core.anchor import anchor, normalize
 
 BODY = (
     "=== session 1 | 2024-03-15 ===\n\n"

@@ -7,15 +7,15 @@ import time
 
 import pytest
 
-from donto_pg.baseline import (
+from donto_pg.core.claims import looks_like_injection, parse_response
+from donto_pg.core.render import END_SOURCE, get_template, render_block
+from donto_pg.core.rule_extractor import (
     BASELINE_MODEL,
     code_facts,
     dialogue_facts,
     extract_from_prompt,
     parse_source,
 )
-from donto_pg.claims import looks_like_injection, parse_response
-from donto_pg.render import END_SOURCE, get_template, render_block
 
 
 def make_block(*turns: tuple[str, str], kind: str = "dialogue", prefix: dict | None = None) -> dict:

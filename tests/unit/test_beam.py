@@ -24,8 +24,8 @@ from donto_pg.beam import (
     iter_beam,
     parse_beam_date,
 )
+from tests.conftest import EXAMPLES, write_chat
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "beam"
 CHATS = EXAMPLES / "chats"
 HF_SAMPLE = EXAMPLES / "hf-sample" / "beam-100K-sample.jsonl"
 # a generator marker left at the end of a message (" ->-> 1,1", "->-> 2,N/A", "->-> 1,5)")
@@ -67,22 +67,6 @@ def msg(role: str, mid: Any, content: Any = "hello", **extra: Any) -> dict:
     out: dict[str, Any] = {"role": role, "id": mid, "content": content}
     out.update(extra)
     return out
-
-
-def write_conv(
-    root: Path, cid: str, batches: Any, questions: Any = None, scale: str = "100K"
-) -> Path:
-    """Write chats/<scale>/<cid>/chat.json (+ probing questions) under root."""
-    d = root / "chats" / scale / cid
-    d.mkdir(parents=True)
-    text = batches if isinstance(batches, str) else json.dumps(batches)
-    (d / "chat.json").write_text(text, encoding="utf-8")
-    if questions is not None:
-        (d / "probing_questions").mkdir()
-        (d / "probing_questions" / "probing_questions.json").write_text(
-            json.dumps(questions), encoding="utf-8"
-        )
-    return d
 
 
 def simple_batches(n_batches: int = 2, per_batch: int = 2, start: int = 0) -> list[dict]:
@@ -358,7 +342,7 @@ def test_10m_without_plan_0_is_an_error(tmp_path: Path) -> None:
     ],
 )
 def test_bad_chat_gives_clear_error(tmp_path: Path, batches: Any, expected: str) -> None:
-    d = write_conv(tmp_path, "4", batches)
+    d = write_chat(tmp_path, "4", batches, None)
     errs = only_errors(d)
     assert len(errs) == 1
     text = str(errs[0])
@@ -370,21 +354,21 @@ def test_bad_chat_gives_clear_error(tmp_path: Path, batches: Any, expected: str)
 def test_invalid_date_error_names_field_and_place(tmp_path: Path) -> None:
     batches = simple_batches(2)
     batches[1]["turns"][0][0]["time_anchor"] = "February-30-2024"
-    err = only_errors(write_conv(tmp_path, "4", batches))[0]
+    err = only_errors(write_chat(tmp_path, "4", batches, None))[0]
     assert "time_anchor" in str(err) and "batch 2, turns[0][0] (id 2)" in str(err)
 
 
 def test_malformed_json_reports_line_and_column(tmp_path: Path) -> None:
-    d = write_conv(tmp_path, "4", '[\n  {"turns": [\n    [}\n]')
+    d = write_chat(tmp_path, "4", '[\n  {"turns": [\n    [}\n]', None)
     err = only_errors(d)[0]
     assert "malformed JSON at line 3, column" in str(err)
     assert "chat.json" in str(err)
 
 
 def test_bad_conversation_does_not_stop_the_others(tmp_path: Path) -> None:
-    write_conv(tmp_path, "1", simple_batches())
-    write_conv(tmp_path, "2", "{not json")
-    write_conv(tmp_path, "10", simple_batches())
+    write_chat(tmp_path, "1", simple_batches(), None)
+    write_chat(tmp_path, "2", "{not json", None)
+    write_chat(tmp_path, "10", simple_batches(), None)
     items = list(iter_beam(tmp_path))
     assert [type(x).__name__ for x in items] == ["Conversation", "BeamFormatError", "Conversation"]
     assert items[0].conversation_id == "100K/1" and items[2].conversation_id == "100K/10"
@@ -400,7 +384,7 @@ def test_duplicate_ids_are_kept_and_reported(tmp_path: Path) -> None:
     questions = {
         "information_extraction": [{"question": "q", "answer": "a", "source_chat_ids": [1]}]
     }
-    conv = load_one(write_conv(tmp_path, "4", batches, questions))
+    conv = load_one(write_chat(tmp_path, "4", batches, questions))
     assert [m.turn_id for m in conv.messages] == [0, 1, 2, 3, 0, 1]
     dup = [w for w in conv.warnings if w.startswith("duplicate message ids")]
     assert len(dup) == 1
@@ -420,7 +404,7 @@ def test_numeric_string_ids_iso_dates_and_crlf(tmp_path: Path) -> None:
             ]
         }
     ]
-    conv = load_one(write_conv(tmp_path, "4", batches))
+    conv = load_one(write_chat(tmp_path, "4", batches, None))
     assert conv.messages[0].turn_id == 0
     assert conv.messages[0].content == "line one\nline two"
     assert conv.messages[1].content == "ok"
@@ -432,7 +416,7 @@ def test_batch_level_anchor_and_undated_sessions(tmp_path: Path) -> None:
         {"turns": [[msg("user", 0), msg("assistant", 1)]], "time_anchor": "May-05-2024"},
         {"turns": [[msg("user", 2), msg("assistant", 3)]], "time_anchor": None},
     ]
-    conv = load_one(write_conv(tmp_path, "4", batches))
+    conv = load_one(write_chat(tmp_path, "4", batches, None))
     assert [m.date for m in conv.messages] == [datetime.date(2024, 5, 5)] * 2 + [None] * 2
     body, _ = format_chat(conv)
     assert "=== session 2 | undated ===" in body
@@ -481,7 +465,7 @@ def test_question_shapes_are_normalised(tmp_path: Path) -> None:
             {"question": "p?", "expected_compliance": "comply", "source_chat_ids": [4, 40]},
         ],
     }
-    conv = load_one(write_conv(tmp_path, "4", simple_batches(3, 2), questions))
+    conv = load_one(write_chat(tmp_path, "4", simple_batches(3, 2), questions))
     qs = {(q.ability, q.index): q for q in conv.questions}
     assert qs[("abstention", 0)].gold == [] and qs[("abstention", 0)].answer == "no info"
     eo = qs[("event_ordering", 0)]
@@ -506,11 +490,11 @@ def test_question_shapes_are_normalised(tmp_path: Path) -> None:
 
 
 def test_bad_probing_questions_are_errors(tmp_path: Path) -> None:
-    d = write_conv(tmp_path, "4", simple_batches(), {"information_extraction": [{"answer": "x"}]})
+    d = write_chat(tmp_path, "4", simple_batches(), {"information_extraction": [{"answer": "x"}]})
     err = only_errors(d)[0]
     assert "missing field 'question' at information_extraction[0]" in str(err)
     assert "probing_questions.json" in str(err)
-    d2 = write_conv(tmp_path, "5", simple_batches(), ["not", "a", "dict"])
+    d2 = write_chat(tmp_path, "5", simple_batches(), ["not", "a", "dict"])
     assert "keyed by ability" in str(only_errors(d2)[0])
 
 

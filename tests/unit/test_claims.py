@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from donto_pg.claims import (
+from donto_pg.core.claims import (
     MAX_FIELD_CHARS,
     injection_signals,
     looks_like_injection,

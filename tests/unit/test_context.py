@@ -1,4 +1,4 @@
-"""Tests for donto_pg.context.split_context_history.
+"""Tests for donto_pg.core.tool_history_splitter.split_context_history.
 
 The reproduction is the failure of a peer (Hindsight 0.10.0): a recall result
 whose raw ``chunks`` dict was copied into every piece of a split. Real text
@@ -16,7 +16,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -24,7 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from donto_pg.context import (
+from donto_pg.core.tokens import count_json_tokens, render_json
+from donto_pg.core.tool_history_splitter import (
     DEFAULT_LIST_KEYS,
     MIN_BUDGET,
     OMITTED_KEY,
@@ -33,9 +33,8 @@ from donto_pg.context import (
     sibling_allowance,
     split_context_history,
 )
-from donto_pg.tokens import count_json_tokens, render_json
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 BEAM_CHAT = ROOT / "examples" / "beam" / "chats" / "100K" / "13" / "chat.json"
 MAX_CONTEXT = 12288
 

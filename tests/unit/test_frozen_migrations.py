@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from donto_pg import migrate
+from donto_pg import build, migrate
 
 
 def released() -> list[tuple[str, str]]:
@@ -36,7 +36,7 @@ def test_released_extension_scripts_are_unchanged():
     database created from one must keep updating from exactly that script's state."""
     sums = migrate.EXTENSION_DIR / "SHA256SUMS"
     rows = [line.split() for line in sums.read_text().splitlines() if line.strip()]
-    assert {name for _, name in rows} == {f"donto--{v}.sql" for v in migrate.RELEASED}
+    assert {name for _, name in rows} == {f"donto--{v}.sql" for v in build.RELEASED}
     for sha, name in rows:
         got = hashlib.sha256((migrate.EXTENSION_DIR / name).read_bytes()).hexdigest()
         assert got == sha, f"released extension script {name} was edited"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from donto_pg.claims import looks_like_injection, parse_response
+from donto_pg.core.claims import looks_like_injection, parse_response
+from donto_pg.core.render import get_template, render_messages
 from donto_pg.llm import (
     DEFAULT_DEADLINE_S,
     Completion,
@@ -27,7 +28,6 @@ from donto_pg.llm import (
     ProviderPool,
     load_providers,
 )
-from donto_pg.render import get_template, render_messages
 from tests.fakellm import FakeLLM, Reply, fake_llm
 
 ANSWER = '[{"subject": "user", "predicate": "moved to", "object": "Berlin", ' \

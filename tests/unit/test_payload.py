@@ -1,4 +1,4 @@
-"""Packing of token-budgeted recall payloads (donto_pg.payload), without a database."""
+"""Packing of token-budgeted recall payloads (donto_pg.core.payload), without a database."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from donto_pg import beam, payload
-from donto_pg.payload import (
+from donto_pg import beam
+from donto_pg.core import payload
+from donto_pg.core.payload import (
     Hit,
     PayloadError,
     build_payload,
@@ -19,7 +20,8 @@ from donto_pg.payload import (
     format_valid,
     jsonb_ordered,
 )
-from donto_pg.tokens import count_json_tokens, count_tokens, render_json
+from donto_pg.core.tokens import count_json_tokens, count_tokens, render_json
+from donto_pg.server.payload import recall_payload_sql
 from tests.conftest import EXAMPLES
 
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -350,7 +352,7 @@ class FakePlpy:
 def test_sql_entry_point_returns_the_rendered_payload():
     hits = make_hits(sentences(6))
     plpy = FakePlpy(hits)
-    text = payload.recall_payload_sql(plpy, "where did I move?", 512, 4, None, None, None, None)
+    text = recall_payload_sql(plpy, "where did I move?", 512, 4, None, None, None, None)
     got = json.loads(text)
     assert got == build_payload("where did I move?", hits[:4], 512)
     assert text == render_json(got) and count_tokens(text) == got["tokens"] <= 512
@@ -367,5 +369,5 @@ def test_sql_entry_point_returns_the_rendered_payload():
 def test_sql_entry_point_errors_carry_sqlstate(max_tokens, chunk_tokens, message):
     plpy = FakePlpy(make_hits(sentences(2)))
     with pytest.raises(FakePlpy.Error, match=message):
-        payload.recall_payload_sql(plpy, "q", max_tokens, 5, chunk_tokens, None, None, None)
+        recall_payload_sql(plpy, "q", max_tokens, 5, chunk_tokens, None, None, None)
     assert plpy.errors[0][1] == "22023"

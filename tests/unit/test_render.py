@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from donto_pg.render import (
+from donto_pg.core.render import (
     BEGIN_CONTEXT,
     BEGIN_SOURCE,
     END_CONTEXT,

@@ -1,4 +1,4 @@
-"""Tests for donto_pg.segmenter (projection B: extraction blocks)."""
+"""Tests for donto_pg.core.segmenter (projection B: extraction blocks)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from donto_pg.beam import format_chat, iter_beam
-from donto_pg.segmenter import fence_spans, iter_segments, segment, summarize
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "beam"
+from donto_pg.core.fences import fence_spans
+from donto_pg.core.segmenter import iter_segments, segment, summarize
+from tests.conftest import EXAMPLES
 
 Message = tuple[str, str]  # (role, content)
 

@@ -1,10 +1,10 @@
-"""The rule-based standing-statement detector (donto_pg.standing), no database."""
+"""The rule-based standing-statement detector (donto_pg.core.standing), no database."""
 
 from __future__ import annotations
 
 import pytest
 
-from donto_pg.standing import MAX_CHARS, detect, sentences, subject_key
+from donto_pg.core.standing import MAX_CHARS, detect, sentences, subject_key
 
 
 @pytest.mark.parametrize("text, kind", [

@@ -1,4 +1,4 @@
-"""Tests for donto_pg.tokens: offline token counts with the embedding model's tokenizer.
+"""Tests for donto_pg.core.tokens: offline token counts with the embedding model's tokenizer.
 
 Real text comes from the BEAM fixture examples/beam/chats/100K/13/chat.json
 (BEAM, CC-BY-SA-4.0, from mohammadtavakoli78/BEAM).
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from donto_pg import tokens
-from donto_pg.tokens import (
+from donto_pg.core import tokens
+from donto_pg.core.tokens import (
     count_json_tokens,
     count_tokens,
     default_model_path,
@@ -28,8 +28,8 @@ from donto_pg.tokens import (
     token_boundaries,
     truncate_to_tokens,
 )
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 BEAM_CHAT = ROOT / "examples" / "beam" / "chats" / "100K" / "13" / "chat.json"
 
 
@@ -133,7 +133,7 @@ def test_threads_agree_with_serial_counts() -> None:
 def test_import_is_light() -> None:
     code = (
         "import sys\n"
-        "from donto_pg.tokens import count_tokens\n"
+        "from donto_pg.core.tokens import count_tokens\n"
         "assert count_tokens('hello world') == 2\n"
         "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers') "
         "if m in sys.modules]\n"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from donto_pg.windows import recall_windows, window_dates
+from donto_pg.core.windows import recall_windows, window_dates
 
 lines = st.lists(st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=300)
                  .map(lambda s: s + "\n"), max_size=40)

@@ -48,7 +48,7 @@ no chunk after it is added.
 *standing* - present when recall returned standing statements (its reserved
 slots, see ``donto.recall_by_vector``): one record per statement in recall's
 order with its full text (a standing statement is one sentence of at most
-``donto_pg.standing.MAX_CHARS`` characters), never in ``memories``. The
+``donto_pg.core.standing.MAX_CHARS`` characters), never in ``memories``. The
 section is never cut before the chunks are: the payload is packed with every
 standing statement first (memories and chunk texts then fill what is left, down
 to none); only when even that does not fit are standing statements dropped
@@ -64,7 +64,7 @@ and then the payload is the one an unlimited call gives. (Rarely,
 Budget rules
 ------------
 *Size.* The payload is measured as the model sees it: the tokens of
-``donto_pg.tokens.render_json(payload)`` (compact JSON) under the embedding
+``donto_pg.core.tokens.render_json(payload)`` (compact JSON) under the embedding
 model's tokenizer, offline. ``tokens`` is that exact count, the ``tokens``
 field itself included (found as a fixed point). With the WordPiece tokenizer
 of the default model whitespace is not a token, so psql's ``jsonb::text``
@@ -94,7 +94,8 @@ shortened (``omitted.query``). For the default tokenizer every size below
 ``omitted``) does not fit ``max_tokens``, :class:`PayloadError` is raised.
 
 The packing is pure Python (:func:`build_payload`) over any
-:class:`Counter`; :func:`recall_payload_sql` is the PL/Python entry point.
+:class:`Counter`; the PL/Python entry point is
+:func:`donto_pg.server.payload.recall_payload_sql`.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from donto_pg.tokens import count_tokens, render_json, token_boundaries
+from donto_pg.core.tokens import count_tokens, render_json, token_boundaries
 
 __all__ = [
     "DEFAULT_CHUNK_SHARE",
@@ -121,7 +122,6 @@ __all__ = [
     "default_chunk_tokens",
     "format_valid",
     "jsonb_ordered",
-    "recall_payload_sql",
     "standing_record",
     "tokenizer_for_model",
 ]
@@ -622,36 +622,16 @@ class _Packer:
         return max(0, min(self.chunk_budget, rest))
 
 
-# -- PostgreSQL entry point ----------------------------------------------------------
-
-_MODEL_SQL = (
-    "select m.name, m.source from donto.embedding_model as m "
-    "where $1::text is null or m.name = $1 "
-    "order by (m.name = 'all-MiniLM-L6-v2') desc, m.model_id limit 1"
-)
-_RECALL_SQL = (
-    "select r.statement_id, r.revision_id, r.char_start, r.char_end, r.chunk_text, r.score, "
-    "pg_catalog.to_char(pg_catalog.lower(r.valid_time), 'YYYY-MM-DD') as valid_from, "
-    "pg_catalog.to_char(pg_catalog.upper(r.valid_time) - 1, 'YYYY-MM-DD') as valid_to, "
-    "x.kind "
-    "from donto.recall(query => $1, k => $2, context => $3, as_of => $4, model => $5) "
-    "with ordinality as r "
-    "left join donto.x_standing as x "
-    "on x.statement_id = r.statement_id and r.vector_rank is null and r.lexical_rank is null "
-    "order by r.ordinality"
-)
-
-
 def tokenizer_for_model(name: str | None, source: str | None) -> str | None:
     """The tokenizer location for an embedding model row (None: the bundled default).
 
     A model given by a local directory (or a tokenizer.json) uses it; a hub
     name is looked up in the local Hugging Face cache only (offline).
     """
-    from donto_pg import embedder
+    from donto_pg.core import encoder
 
-    if name is None or name in (embedder.DEFAULT_MODEL,
-                                f"sentence-transformers/{embedder.DEFAULT_MODEL}"):
+    if name is None or name in (encoder.DEFAULT_MODEL,
+                                f"sentence-transformers/{encoder.DEFAULT_MODEL}"):
         return None
     for candidate in (source, name):
         if candidate and os.path.exists(candidate):
@@ -664,38 +644,3 @@ def tokenizer_for_model(name: str | None, source: str | None) -> str | None:
         raise PayloadError(
             f"donto.recall_payload: no offline tokenizer for embedding model {name!r} "
             f"(source {source!r}): {exc}") from exc
-
-
-def recall_payload_sql(plpy: Any, query: str, max_tokens: int, k: int,
-                       chunk_tokens: int | None, context: str | None, as_of: str | None,
-                       model: str | None) -> str:
-    """Body of ``donto.recall_payload``: recall, pack, return the payload as JSON text."""
-    try:
-        if max_tokens is None or max_tokens < 1:
-            raise PayloadError(
-                f"donto.recall_payload: max_tokens must be >= 1, got {max_tokens!r}")
-        if chunk_tokens is not None and chunk_tokens < 0:
-            raise PayloadError(
-                f"donto.recall_payload: chunk_tokens must be >= 0 or null, got {chunk_tokens!r}")
-        plan = plpy.prepare(_RECALL_SQL, ["text", "integer", "text", "timestamptz", "text"])
-        rows = plpy.execute(plan, [query, k, context, as_of, model])
-        plan = plpy.prepare(_MODEL_SQL, ["text"])
-        found = plpy.execute(plan, [model])
-        if found.nrows():
-            tokenizer = tokenizer_for_model(found[0]["name"], found[0]["source"])
-        else:
-            tokenizer = tokenizer_for_model(model, model)
-        hits = [
-            Hit(statement_id=r["statement_id"], revision_id=r["revision_id"],
-                char_start=r["char_start"], char_end=r["char_end"],
-                chunk_text=r["chunk_text"] or "", score=r["score"],
-                valid_from=r["valid_from"] or None, valid_to=r["valid_to"] or None,
-                kind=r.get("kind"))
-            for r in rows
-        ]
-        payload = build_payload(query, hits, max_tokens, chunk_tokens,
-                                counter=TokenizerCounter(tokenizer))
-    except PayloadError as exc:
-        plpy.error(str(exc), sqlstate="22023")
-        raise  # plpy.error raises; this line is never reached
-    return render_json(payload)

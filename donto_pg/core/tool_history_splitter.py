@@ -53,7 +53,7 @@ items are shared with the input, not copied (the input is never modified).
 *Item too large alone* (its sub-entry of one item is over budget): it is
 truncated once, then packed. A dict item is copied, gets ``"_truncated": true``
 and has its string leaves cut on token boundaries
-(:func:`donto_pg.tokens.token_boundaries`), longest leaf first, each cut as
+(:func:`donto_pg.core.tokens.token_boundaries`), longest leaf first, each cut as
 little as the budget allows. If cutting every string is not enough (many
 keys or numbers), each top-level value, largest first, is replaced by a prefix
 of its JSON text - a string - so the top-level keys survive. Only if the keys
@@ -75,7 +75,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from donto_pg.tokens import count_json_tokens, render_json, token_boundaries
+from donto_pg.core.tokens import count_json_tokens, render_json, token_boundaries
 
 __all__ = [
     "DEFAULT_BUDGET_RATIO",

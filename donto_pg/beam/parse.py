@@ -1,68 +1,8 @@
-"""Load BEAM conversations and probing questions, and render the canonical chat text.
+"""Parsing BEAM's content, whatever file it came from: messages, probing questions.
 
-BEAM ("Beyond a Million Tokens", Tavakoli et al.) ships very long synthetic
-user/assistant conversations plus 20 probing questions per conversation. This
-module is pure Python (stdlib only; ``pyarrow`` is imported lazily, and only to
-read ``.parquet`` files).
-
-Inputs accepted by :func:`iter_beam`
-------------------------------------
-* the GitHub layout: a BEAM root (holding ``chats/``), a ``chats/`` directory, a
-  scale directory (``chats/100K``), one conversation directory (``chats/100K/1``
-  or ``chats/10M/5``) or one ``chat.json``;
-* Hugging Face rows: a ``.jsonl`` file (JSON Lines), a ``.parquet`` file, or a
-  ``.json`` array of rows. Each row has ``conversation_id``, ``chat`` (a list of
-  batches, each a flat list of messages; in BEAM-10M a list of dicts keyed
-  ``plan-1`` .. ``plan-10`` whose ids are already global) and
-  ``probing_questions`` (a Python-literal string, parsed with
-  :func:`ast.literal_eval`).
-
-Normalisation
--------------
-* ``Message.seq`` is the 0-based position in the whole conversation;
-  ``turn_id`` is BEAM's message id in ONE global numbering (10M GitHub layout:
-  local id + number of messages in all earlier plans); ``session`` is the
-  1-based batch position across the whole conversation (10M: across plans);
-  ``exchange`` is the 0-based index of the exchange (an inner list of
-  ``turns``; in flat Hugging Face batches a new exchange starts at each user
-  ``main_question``).
-* ``date`` is the session's time anchor (BEAM puts ``time_anchor`` such as
-  ``March-15-2024`` on the first message of a batch only); it is copied to every
-  message of the session. ISO dates (``2024-03-15``) are accepted too.
-* Content is cleaned by :func:`clean_content`: ``\\r\\n`` and lone ``\\r`` become
-  ``\\n``, the generator marker at the end (`` ->-> 1,1``, ``->-> 2,N/A``,
-  ``->-> 1,5)`` ...) is removed and trailing whitespace is stripped. Nothing
-  else is changed.
-* Duplicate message ids (a known defect of some 1M conversations) are kept and
-  reported in ``Conversation.warnings``; a gold id then stands for every message
-  that carries it.
-* Bad input yields a :class:`BeamFormatError` naming the file and the place
-  (batch, ``turns[e][m]`` position, message id, field); other conversations
-  still load.
-
-Canonical chat text (:func:`format_chat`)
------------------------------------------
-One deterministic text per conversation, a pure function of its messages::
-
-    === session 1 | 2024-03-15 ===
-
-    [user #0] I'm working on a project ...
-
-    [assistant #1] Certainly! ...
-
-    === session 2 | undated ===
-
-    [user #2] ...
-
-* a header line ``=== session <session> | <YYYY-MM-DD or 'undated'> ===``
-  opens each session (a new header whenever ``session`` changes);
-* each message is one block: the prefix ``[<role> #<turn_id>] `` followed by
-  the content verbatim (code fences, brackets and header-like lines included);
-* blocks (headers and messages) are separated by one blank line, and the body
-  ends with a single ``\\n``;
-* :class:`TurnSpan` offsets are Python ``str`` indices (Unicode code points):
-  ``body[span.char_start:span.char_end] == message.content`` and
-  ``body[span.header_start:span.char_start] == "[<role> #<turn_id>] "``.
+Every reader (:mod:`.json_reader`, :mod:`.jsonl_reader`, :mod:`.parquet_reader`)
+hands its batches here; :class:`BeamFormatError` names the file and the place of
+bad input. See :mod:`donto_pg.beam` for the normalisation rules.
 """
 
 from __future__ import annotations
@@ -73,25 +13,12 @@ import json
 import re
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "ABILITIES",
-    "ANSWER_KEYS",
-    "BeamFormatError",
-    "Conversation",
-    "Message",
-    "Question",
-    "TurnSpan",
-    "clean_content",
-    "code_char_share",
-    "format_chat",
-    "iter_beam",
-    "parse_beam_date",
-]
+from donto_pg.core.conversation import Conversation, Message, Question
 
 ABILITIES: tuple[str, ...] = (
     "abstention",
@@ -153,58 +80,6 @@ _MONTHS = {
 }
 _BEAM_DATE_RE = re.compile(r"^([A-Za-z]+)[- ](\d{1,2}),?[- ](\d{4})$")
 _ID_STR_RE = re.compile(r"^\s*\d+\s*$")
-_FENCE_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
-
-
-# --------------------------------------------------------------------------- data model
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message of a conversation, in conversation order."""
-
-    seq: int
-    turn_id: int
-    role: str
-    session: int
-    date: datetime.date | None
-    content: str
-    question_type: str | None
-    exchange: int
-
-
-@dataclass
-class Question:
-    """One probing question with its gold turns normalised to global turn ids."""
-
-    ability: str
-    index: int
-    question: str
-    answer: str | None
-    rubric: list | None
-    gold: list[list[int]]
-    stale: list[int]
-    skipped: list[str]
-    raw: dict
-
-
-@dataclass
-class Conversation:
-    """A loaded conversation: messages in order, questions, and load warnings."""
-
-    conversation_id: str
-    scale: str
-    messages: list[Message]
-    questions: list[Question]
-    warnings: list[str] = field(default_factory=list)
-    source: str = ""
-
-    def turn_seqs(self) -> dict[int, list[int]]:
-        """Map each turn id to the ``seq`` of every message carrying it (duplicates)."""
-        out: dict[int, list[int]] = defaultdict(list)
-        for m in self.messages:
-            out[m.turn_id].append(m.seq)
-        return dict(out)
 
 
 class BeamFormatError(ValueError):
@@ -228,21 +103,6 @@ class BeamFormatError(ValueError):
         if source:
             text = f"{source}: {text}"
         super().__init__(text)
-
-
-@dataclass(frozen=True)
-class TurnSpan:
-    """Where one message sits in the canonical body (``str`` indices)."""
-
-    seq: int
-    turn_id: int
-    role: str
-    session: int
-    exchange: int
-    date: datetime.date | None
-    header_start: int
-    char_start: int
-    char_end: int
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -759,30 +619,7 @@ def _assemble(
     )
 
 
-# --------------------------------------------------------------------------- GitHub layout
-
-
-def _questions_path(conv_dir: Path) -> Path | None:
-    for candidate in (
-        conv_dir / "probing_questions" / "probing_questions.json",
-        conv_dir / "probing_questions.json",
-    ):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _plan_dirs(conv_dir: Path) -> dict[int, Path]:
-    out: dict[int, Path] = {}
-    for child in conv_dir.iterdir():
-        m = _PLAN_RE.match(child.name)
-        if m and child.is_dir():
-            out[int(m.group(1))] = child
-    return out
-
-
-def _is_conv_dir(path: Path) -> bool:
-    return (path / "chat.json").is_file() or bool(_plan_dirs(path))
+# --------------------------------------------------------------------------- Hugging Face rows
 
 
 def _plan_warning(loaded: list[int], expected: range) -> str | None:
@@ -795,89 +632,6 @@ def _plan_warning(loaded: list[int], expected: range) -> str | None:
         f"partial 10M conversation: loaded {names} "
         f"(of plan-{expected[0]}..plan-{expected[-1]}; missing {miss or 'none'})"
     )
-
-
-def _load_conv_dir(conv_dir: Path, scale: str, only_plan: int | None = None) -> Conversation:
-    """Load ``chats/<scale>/<id>`` (flat chat.json or the 10M plan-K layout)."""
-    cid = conv_dir.name
-    warnings: list[str] = []
-    parts: list[_Part] = []
-    chat_file = conv_dir / "chat.json"
-    plans = _plan_dirs(conv_dir)
-    if only_plan is None and chat_file.is_file():
-        if plans:
-            warnings.append(
-                f"{conv_dir}: has both chat.json and plan-K directories; used chat.json"
-            )
-        parts.append(_Part(_load_json_file(chat_file), str(chat_file), None, 0, ""))
-        sources = [str(chat_file)]
-    else:
-        present = sorted(k for k, d in plans.items() if (d / "chat.json").is_file())
-        if only_plan is not None:
-            if only_plan != 0:
-                raise BeamFormatError(
-                    f"plan-{only_plan}/chat.json cannot be loaded on its own: ids restart in "
-                    "every plan, so they can only be made global from plan-0 on (load the "
-                    "conversation directory instead)",
-                    source=str(plans[only_plan] / "chat.json"),
-                )
-            present = [0]
-        if not present:
-            raise BeamFormatError("no chat.json and no plan-K/chat.json", source=str(conv_dir))
-        if present[0] != 0:
-            raise BeamFormatError(
-                f"plan-0 is missing (found {', '.join(f'plan-{k}' for k in present)}): "
-                "ids restart in every plan, so they cannot be made global without the "
-                "earlier plans",
-                source=str(conv_dir),
-            )
-        loaded = [k for i, k in enumerate(present) if k == i]
-        if len(loaded) < len(present):
-            gap = ", ".join(f"plan-{k}" for k in present[len(loaded) :])
-            warnings.append(
-                f"skipped {gap}: plan-{len(loaded)} is missing, so their ids cannot be made global"
-            )
-        note = _plan_warning(loaded, _GITHUB_PLANS)
-        if note:
-            warnings.append(note)
-        offset = 0
-        sources = []
-        for k in loaded:
-            path = plans[k] / "chat.json"
-            batches = _load_json_file(path)
-            parts.append(_Part(batches, str(path), f"plan-{k}", offset, ""))
-            offset += _count_messages(batches)
-            sources.append(str(path))
-    qpath = _questions_path(conv_dir)
-    qdata = _load_json_file(qpath) if qpath else None
-    if qpath:
-        sources.append(str(qpath))
-    return _assemble(
-        cid=cid,
-        scale=scale,
-        parts=parts,
-        questions_data=qdata,
-        questions_source=str(qpath) if qpath else None,
-        source=", ".join(sources),
-        warnings=warnings,
-    )
-
-
-def _count_messages(batches: Any) -> int:
-    """Messages in one plan (used for the global id offset of the next plan)."""
-    if not isinstance(batches, list):
-        return 0
-    n = 0
-    for batch in batches:
-        turns = batch.get("turns") if isinstance(batch, dict) else batch
-        if not isinstance(turns, list):
-            continue
-        for item in turns:
-            n += len(item) if isinstance(item, list) else 1
-    return n
-
-
-# --------------------------------------------------------------------------- Hugging Face rows
 
 
 def _parse_probing(value: Any, source: str) -> Any:
@@ -947,11 +701,6 @@ def _row_to_conversation(row: Any, scale: str, source: str) -> Conversation:
     )
 
 
-def _scale_from_name(path: Path) -> str | None:
-    m = _SCALE_IN_NAME_RE.search(path.name)
-    return m.group(1).upper() if m else None
-
-
 # --------------------------------------------------------------------------- iteration
 
 
@@ -994,324 +743,7 @@ def _guard(load: Any, *args: Any, conversation_id: str | None) -> Conversation |
                                conversation_id=conversation_id)
 
 
-def _scale_of_dir(name: str, scale: str | None) -> tuple[str, bool]:
-    """(scale label, whether the directory itself tells the scale)."""
-    if _SCALE_RE.match(name):
-        return name.upper(), True
-    return (scale or name), False
-
-
-def _iter_scale_dir(
-    scale_dir: Path, scale: str, keep: _Filter
-) -> Iterator[Conversation | BeamFormatError]:
-    children = [
-        c for c in scale_dir.iterdir() if c.is_dir() and (c.name.isdigit() or _is_conv_dir(c))
-    ]
-    for child in sorted(children, key=lambda c: _id_sort_key(c.name)):
-        if keep(scale, child.name):
-            yield _guard(
-                _load_conv_dir,
-                child,
-                scale,
-                conversation_id=f"{scale}/{child.name}",
-            )
-
-
-def _iter_chats_dir(
-    chats: Path, scale: str | None, keep: _Filter
-) -> Iterator[Conversation | BeamFormatError]:
-    scale_dirs = [c for c in chats.iterdir() if c.is_dir() and not c.name.startswith(".")]
-    for sdir in sorted(scale_dirs, key=lambda c: _scale_sort_key(c.name)):
-        label, _ = _scale_of_dir(sdir.name, None)
-        if scale is not None and label.lower() != scale.lower():
-            continue
-        yield from _iter_scale_dir(sdir, label, keep)
-
-
-def _iter_rows_file(
-    path: Path, scale: str | None, keep: _Filter
-) -> Iterator[Conversation | BeamFormatError]:
-    label = scale or _scale_from_name(path) or "hf"
-    suffix = path.name.lower()
-    if suffix.endswith(".parquet"):
-        yield from _iter_parquet(path, label, keep)
-        return
-    if suffix.endswith(".json"):
-        data = _load_json_file(path)
-        if not isinstance(data, list):
-            raise BeamFormatError("expected a JSON array of rows", source=str(path))
-        entries = [
-            (str(r.get("conversation_id", "")).strip() if isinstance(r, dict) else "", i, r)
-            for i, r in enumerate(data)
-        ]
-        for cid, i, row in sorted(entries, key=lambda e: (_id_sort_key(e[0]), e[1])):
-            if keep(label, cid) or not cid:
-                src = f"{path} (row {i})"
-                yield _guard(
-                    _row_to_conversation,
-                    row,
-                    label,
-                    src,
-                    conversation_id=f"{label}/{cid}" if cid else None,
-                )
-        return
-    # JSON Lines: a first pass records each row's id and byte offset, rows are parsed again
-    # in id order so that only one conversation is held in memory at a time.
-    index: list[tuple[tuple[int, int, str], int, int, str]] = []
-    errors: list[BeamFormatError] = []
-    with path.open("rb") as fh:
-        line_no = 0
-        while True:
-            offset = fh.tell()
-            line = fh.readline()
-            if not line:
-                break
-            line_no += 1
-            if not line.strip():
-                continue
-            src = f"{path} (line {line_no})"
-            try:
-                row = json.loads(line.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                errors.append(BeamFormatError(f"not UTF-8 text ({exc.reason})", source=src))
-                continue
-            except json.JSONDecodeError as exc:
-                errors.append(
-                    BeamFormatError(
-                        f"malformed JSON at line {line_no}, column {exc.colno}: {exc.msg}",
-                        source=str(path),
-                    )
-                )
-                continue
-            except RecursionError:
-                errors.append(BeamFormatError(_too_deep(), source=src))
-                continue
-            cid = str(row.get("conversation_id", "")).strip() if isinstance(row, dict) else ""
-            index.append((_id_sort_key(cid), line_no, offset, cid))
-    yield from errors
-    with path.open("rb") as fh:
-        for _key, line_no, offset, cid in sorted(index):
-            if cid and not keep(label, cid):
-                continue
-            fh.seek(offset)
-            row = json.loads(fh.readline().decode("utf-8"))
-            src = f"{path} (line {line_no})"
-            yield _guard(
-                _row_to_conversation,
-                row,
-                label,
-                src,
-                conversation_id=f"{label}/{cid}" if cid else None,
-            )
-
-
-def _iter_parquet(
-    path: Path, label: str, keep: _Filter
-) -> Iterator[Conversation | BeamFormatError]:
-    try:
-        import pyarrow.parquet as pq  # optional dependency, imported lazily
-    except ImportError as exc:
-        raise ImportError(
-            f"reading {path.name} needs pyarrow, which is not installed: "
-            "install it with `pip install pyarrow`, or use the JSON Lines form of the rows"
-        ) from exc
-    table = pq.read_table(str(path))
-    if "conversation_id" not in table.column_names:
-        raise BeamFormatError("missing column 'conversation_id'", source=str(path))
-    ids = [
-        str(x).strip() if x is not None else "" for x in table.column("conversation_id").to_pylist()
-    ]
-    for i in sorted(range(len(ids)), key=lambda i: (_id_sort_key(ids[i]), i)):
-        cid = ids[i]
-        if cid and not keep(label, cid):
-            continue
-        src = f"{path} (row {i})"
-        row = table.slice(i, 1).to_pylist()[0]
-        yield _guard(
-            _row_to_conversation,
-            row,
-            label,
-            src,
-            conversation_id=f"{label}/{cid}" if cid else None,
-        )
-
-
-def iter_beam(
-    path: str | Path,
-    *,
-    scale: str | None = None,
-    conversations: str | int | Iterable[str | int] | None = None,
-) -> Iterator[Conversation | BeamFormatError]:
-    """Yield each BEAM conversation under ``path``, ordered by scale then numeric id.
-
-    ``path`` may be a BEAM root (holding ``chats/``), a ``chats/`` directory, a scale
-    directory, one conversation directory, one ``chat.json``, or a Hugging Face rows
-    file (``.jsonl``, ``.parquet``, or a ``.json`` array). ``scale`` labels data whose
-    path does not tell its scale (rows files, where it overrides the scale found in
-    the file name, else ``'hf'``) and filters the scale directories of a root or
-    ``chats/`` directory. ``conversations`` keeps only the given ids (``'1'`` or
-    ``'100K/1'``).
-
-    A conversation that cannot be loaded is yielded as a :class:`BeamFormatError`
-    and the others still load; so is each filter id that matched nothing. A path
-    that does not exist raises ``FileNotFoundError``; a layout that is not
-    recognised raises :class:`BeamFormatError`.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"no such file or directory: {p}")
-    keep = _Filter(conversations)
-    yield from _iter_path(p, scale, keep)
-    for tok in keep.unmatched():
-        yield BeamFormatError(f"conversation {tok!r} not found", source=str(p))
-
-
-def _iter_path(
-    p: Path, scale: str | None, keep: _Filter
-) -> Iterator[Conversation | BeamFormatError]:
-    """Dispatch on what ``p`` is (file kind or directory layout)."""
-    if p.is_file():
-        name = p.name.lower()
-        if name == "chat.json":
-            yield from _iter_chat_file(p, scale, keep)
-        elif name.endswith((".jsonl", ".parquet")):
-            yield from _iter_rows_file(p, scale, keep)
-        elif name.endswith(".json"):
-            yield from _iter_rows_file(p, scale, keep)
-        else:
-            raise BeamFormatError(
-                "not a BEAM file (expected chat.json, .jsonl, .parquet or .json rows)",
-                source=str(p),
-            )
-        return
-    if (p / "chats").is_dir():
-        yield from _iter_chats_dir(p / "chats", scale, keep)
-    elif _is_conv_dir(p):
-        label, told = _scale_of_dir(p.parent.name, scale)
-        if told and scale is not None and label.lower() != scale.lower():
-            return
-        if keep(label, p.name):
-            yield _guard(_load_conv_dir, p, label, conversation_id=f"{label}/{p.name}")
-    elif p.name == "chats":
-        yield from _iter_chats_dir(p, scale, keep)
-    elif any(c.is_dir() and _is_conv_dir(c) for c in p.iterdir()):
-        label, told = _scale_of_dir(p.name, scale)
-        if told and scale is not None and label.lower() != scale.lower():
-            return
-        yield from _iter_scale_dir(p, label, keep)
-    else:
-        raise BeamFormatError(
-            "no BEAM layout found (expected chats/<scale>/<id>/chat.json or <id>/plan-K/chat.json)",
-            source=str(p),
-        )
-
-
-def _iter_chat_file(
-    p: Path, scale: str | None, keep: _Filter
-) -> Iterator[Conversation | BeamFormatError]:
-    """A single chat.json: its conversation directory, or one plan of a 10M conversation."""
-    plan = _PLAN_RE.match(p.parent.name)
-    conv_dir = p.parent.parent if plan else p.parent
-    label, told = _scale_of_dir(conv_dir.parent.name, scale)
-    if told and scale is not None and label.lower() != scale.lower():
-        return
-    if not keep(label, conv_dir.name):
-        return
-    only = int(plan.group(1)) if plan else None
-    yield _guard(
-        _load_conv_dir,
-        conv_dir,
-        label,
-        only,
-        conversation_id=f"{label}/{conv_dir.name}",
-    )
-
-
-# --------------------------------------------------------------------------- canonical text
-
-
-def format_chat(conv: Conversation | Sequence[Message]) -> tuple[str, list[TurnSpan]]:
-    """Render the canonical text of a conversation and where each message sits in it.
-
-    See the module docstring for the format. Deterministic: a pure function of the
-    messages (their session, date, role, turn_id and content).
-    """
-    messages = conv.messages if isinstance(conv, Conversation) else conv
-    chunks: list[str] = []
-    spans: list[TurnSpan] = []
-    pos = 0
-    prev_session: int | None = None
-
-    def emit(text: str) -> None:
-        nonlocal pos
-        chunks.append(text)
-        pos += len(text)
-
-    for i, m in enumerate(messages):
-        if i == 0 or m.session != prev_session:
-            if i:
-                emit("\n")
-            day = m.date.isoformat() if m.date else "undated"
-            emit(f"=== session {m.session} | {day} ===\n")
-            prev_session = m.session
-        emit("\n")
-        header_start = pos
-        emit(f"[{m.role} #{m.turn_id}] ")
-        char_start = pos
-        emit(m.content)
-        spans.append(
-            TurnSpan(
-                seq=m.seq,
-                turn_id=m.turn_id,
-                role=m.role,
-                session=m.session,
-                exchange=m.exchange,
-                date=m.date,
-                header_start=header_start,
-                char_start=char_start,
-                char_end=pos,
-            )
-        )
-        emit("\n")
-    return "".join(chunks), spans
-
-
-def _fenced_chars(text: str) -> int:
-    """Characters on fence lines and between them (``` or ~~~; unclosed runs to the end)."""
-    inside = 0
-    fence_char = ""
-    fence_len = 0
-    lines = text.split("\n")
-    for i, line in enumerate(lines):
-        length = len(line) + (1 if i < len(lines) - 1 else 0)
-        m = _FENCE_RE.match(line)
-        if not fence_char:
-            if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
-                fence_char, fence_len = m.group(1)[0], len(m.group(1))
-                inside += length
-        else:
-            inside += length
-            if (
-                m
-                and m.group(1)[0] == fence_char
-                and len(m.group(1)) >= fence_len
-                and not m.group(2).strip()
-            ):
-                fence_char = ""
-    return inside
-
-
-def code_char_share(body_or_conv: str | Conversation | Sequence[Message]) -> float:
-    """Share (0..1) of characters inside ``` or ~~~ fenced blocks, fence lines included.
-
-    A string is scanned as one Markdown text. For a conversation (or messages) each
-    message is scanned on its own, so an unclosed fence ends with its message, and the
-    share is over message contents only (prefixes and headers excluded).
-    """
-    if isinstance(body_or_conv, str):
-        return _fenced_chars(body_or_conv) / len(body_or_conv) if body_or_conv else 0.0
-    messages = body_or_conv.messages if isinstance(body_or_conv, Conversation) else body_or_conv
-    total = sum(len(m.content) for m in messages)
-    if not total:
-        return 0.0
-    return sum(_fenced_chars(m.content) for m in messages) / total
+def _guard_row(row: Any, label: str, source: str, cid: str) -> Conversation | BeamFormatError:
+    """One Hugging Face row as a conversation, or its error (every rows reader)."""
+    return _guard(_row_to_conversation, row, label, source,
+                  conversation_id=f"{label}/{cid}" if cid else None)

@@ -1,0 +1,228 @@
+"""Build artefacts from the sources: the extension scripts and the generated SQL seeds.
+
+Not on the runtime path (``migrate`` and the server never import it):
+
+- ``extension/``: :func:`build_extension` assembles ``donto.control``,
+  ``donto--<version>.sql`` (head, every migration with its ledger row, sql/) and the
+  update script from the last release; :func:`install_extension` copies them into
+  the server's extension directory (``pg_config --sharedir``).
+- the prompt-template seed of ``sql/070-extraction.sql`` (the rows of
+  ``donto._prompt_template_seed()``), generated from
+  :data:`donto_pg.core.render.TEMPLATES` by :func:`template_seed_sql` and written by
+  :func:`write_template_seed`.
+
+``donto-pg extension build`` (or ``python -m donto_pg.build``) does both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from donto_pg import __version__
+from donto_pg.cluster import PG_BIN
+from donto_pg.core import render
+from donto_pg.migrate import (
+    EXTENSION_DIR,
+    HEAD,
+    SQL_DIR,
+    MigrationError,
+    Source,
+    head,
+    idempotent_sources,
+    migrations,
+)
+
+SEED_FILE = SQL_DIR / "070-extraction.sql"
+SEED_BEGIN = "-- BEGIN GENERATED TEMPLATES"
+SEED_END = "-- END GENERATED TEMPLATES"
+
+
+CONTROL = """\
+# donto-pg: append-only, bitemporal memory substrate for long conversations
+comment = 'donto-pg memory substrate: revisions, recall and extraction projections'
+default_version = '{version}'
+relocatable = false
+requires = 'plpython3u, vector'
+superuser = true
+"""
+
+
+# The released versions before this one, each with its last migration. Their
+# extension/donto--<version>.sql (and update scripts into them) are frozen files;
+# only this version's script and the update script from the last release are built.
+RELEASED = {"0.1.0": "006-ab.sql", "0.2.0": "007-recall-lexical.sql"}
+
+_CONFIG_DUMP = (
+    "-- Let pg_dump keep the data of every table (extension member tables are otherwise\n"
+    "-- dumped empty).\n"
+    "do $$\ndeclare v regclass;\nbegin\n"
+    "    for v in select c.oid::regclass from pg_catalog.pg_class as c\n"
+    "        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid\n"
+    "        where n.nspname = 'donto' and c.relkind = 'r'\n"
+    "    loop\n        perform pg_catalog.pg_extension_config_dump(v, '');\n    end loop;\n"
+    "end;\n$$;"
+)
+
+
+def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> str:
+    parts = [title, f'\\echo Use "{use}" to load this file. \\quit']
+    if head_text is not None:
+        parts.append(f"-- {HEAD}\n{head_text}")
+    for m in ms:
+        parts.append(f"-- migrations/{m.name}\n{m.text}")
+        parts.append(
+            f"insert into donto.migration (name, sha256) values ('{m.name}', '{m.sha256}');"
+        )
+    for s in idempotent_sources():
+        parts.append(f"-- sql/{s.name}\n{s.text}")
+    parts.append(_CONFIG_DUMP)
+    return "\n\n".join(parts) + "\n"
+
+
+def build_extension_script(version: str = __version__) -> str:
+    """The CREATE EXTENSION script: head, every migration with its ledger row, sql/."""
+    return _script(f"-- donto--{version}.sql: built by `donto-pg extension build` from sql/ "
+                   "and migrations/; do not edit.", "CREATE EXTENSION donto CASCADE",
+                   head().text, migrations())
+
+
+def build_update_script(old: str, version: str = __version__) -> str:
+    """ALTER EXTENSION donto UPDATE from release OLD: the migrations after OLD's last
+    one, with their ledger rows, then every idempotent sql/ file."""
+    last = RELEASED[old]
+    newer = [m for m in migrations() if m.name > last]
+    return _script(f"-- donto--{old}--{version}.sql: built by `donto-pg extension build`; "
+                   "do not edit.", "ALTER EXTENSION donto UPDATE", None, newer)
+
+
+def extension_files(version: str = __version__) -> dict[str, str]:
+    """The files `extension build` writes (the frozen ones of older releases aside)."""
+    files = {
+        "donto.control": CONTROL.format(version=version),
+        f"donto--{version}.sql": build_extension_script(version),
+    }
+    if RELEASED:
+        last = list(RELEASED)[-1]
+        files[f"donto--{last}--{version}.sql"] = build_update_script(last, version)
+    return files
+
+
+def build_extension(outdir: Path = EXTENSION_DIR) -> list[Path]:
+    outdir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in extension_files().items():
+        p = outdir / name
+        p.write_text(text, encoding="utf-8")
+        written.append(p)
+    return written
+
+
+def pg_config() -> str:
+    """The pg_config to ask: $PG_CONFIG, else the one on PATH, else the Debian one of the
+    embedded cluster's PostgreSQL (``DONTO_PG_BIN``, default /usr/lib/postgresql/15/bin)."""
+    return os.environ.get("PG_CONFIG") or shutil.which("pg_config") or str(PG_BIN / "pg_config")
+
+
+def pg_sharedir(pg_config_path: str | None = None) -> Path:
+    """The server's share directory (``pg_config --sharedir``)."""
+    exe = pg_config_path or pg_config()
+    try:
+        out = subprocess.run([exe, "--sharedir"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise MigrationError(
+            f"cannot run {exe} --sharedir ({exc}): install the PostgreSQL server development "
+            "files or set PG_CONFIG to the pg_config of the target server") from exc
+    return Path(out.stdout.strip())
+
+
+def install_extension(sharedir: Path | None = None) -> list[Path]:
+    """Copy the control file and every script (this version's, the update scripts and
+    the frozen scripts of older releases) into the server's extension directory."""
+    target = (sharedir or pg_sharedir()) / "extension"
+    files = extension_files()
+    stale = [n for n, t in files.items()
+             if not (EXTENSION_DIR / n).exists() or (EXTENSION_DIR / n).read_text() != t]
+    if stale:
+        raise MigrationError(
+            f"extension/ is out of date with sql/ and migrations/ ({', '.join(stale)}): "
+            "run `donto-pg extension build` and commit the result"
+        )
+    out = []
+    for name in sorted({*files, *(p.name for p in EXTENSION_DIR.glob("donto--*.sql"))}):
+        dst = target / name
+        try:
+            shutil.copyfile(EXTENSION_DIR / name, dst)
+        except PermissionError as exc:
+            raise MigrationError(
+                f"cannot write {dst}: run as root (or the server's owner)") from exc
+        out.append(dst)
+    return out
+
+
+def _sql_text(text: str, indent: str, width: int = 76) -> str:
+    """A SQL expression for ``text``: short literals joined by ``||`` (lines <= 100 chars)."""
+    tokens: list[str] = []
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        chunks: list[str] = []
+        rest = line
+        while len(rest) > width:
+            cut = rest.rfind(" ", 0, width) + 1 or width
+            chunks.append(rest[:cut])
+            rest = rest[cut:]
+        if rest or not chunks:
+            chunks.append(rest)
+        last = len(chunks) - 1
+        for k, chunk in enumerate(chunks):
+            lit = chunk.replace("'", "''")
+            if i < len(lines) - 1 and k == last:
+                tokens.append("E'" + lit.replace("\\", "\\\\") + "\\n'")
+            elif chunk:
+                tokens.append(f"'{lit}'")
+    return ("\n" + indent + "|| ").join(tokens or ["''"])
+
+
+def template_seed_sql() -> str:
+    """The rows of ``donto._prompt_template_seed()`` (sql/070-extraction.sql), generated
+    from :data:`donto_pg.core.render.TEMPLATES`, in their order (which is version order)."""
+    ind = " " * 8
+    rows = []
+    for n, ((family, version), t) in enumerate(render.TEMPLATES.items(), 1):
+        kinds = sorted(k for k, f in render.FAMILY_BY_KIND.items() if f == family)
+        fields = [
+            str(n),
+            f"'{family}'",
+            f"'{version}'",
+            "array[" + ", ".join(f"'{k}'" for k in kinds) + "]",
+            _sql_text(t["system"], ind),
+            _sql_text(t["preamble"], ind),
+            _sql_text(t["reminder"], ind),
+            _sql_text(t["schema_text"], ind),
+            "(" + _sql_text(json.dumps(t["schema"], sort_keys=True), ind) + ")::jsonb",
+        ]
+        rows.append("    (\n" + ind + (",\n" + ind).join(fields) + "\n    )")
+    return "    values\n" + ",\n".join(rows) + ";\n"
+
+
+def write_template_seed(path: Path = SEED_FILE) -> bool:
+    """Regenerate the seed between the GENERATED TEMPLATES markers of sql/070-extraction.sql;
+    True when the file changed."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index(SEED_BEGIN) + len(SEED_BEGIN) + 1
+    end = text.index(SEED_END)
+    new = text[:start] + template_seed_sql() + text[end:]
+    if new == text:
+        return False
+    path.write_text(new, encoding="utf-8")
+    return True
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m donto_pg.build` builds the files
+    write_template_seed()
+    for p in build_extension():
+        print(p, file=sys.stderr)

@@ -1,0 +1,175 @@
+"""BEAM's data model and the canonical chat text of a conversation.
+
+Pure Python (stdlib only). The readers of :mod:`donto_pg.beam` build these
+objects from BEAM's files; the loader, the segmenter's tests, the A/B gate and
+the evaluation read them.
+
+Canonical chat text (:func:`format_chat`)
+-----------------------------------------
+One deterministic text per conversation, a pure function of its messages::
+
+    === session 1 | 2024-03-15 ===
+
+    [user #0] I'm working on a project ...
+
+    [assistant #1] Certainly! ...
+
+    === session 2 | undated ===
+
+    [user #2] ...
+
+* a header line ``=== session <session> | <YYYY-MM-DD or 'undated'> ===``
+  opens each session (a new header whenever ``session`` changes);
+* each message is one block: the prefix ``[<role> #<turn_id>] `` followed by
+  the content verbatim (code fences, brackets and header-like lines included);
+* blocks (headers and messages) are separated by one blank line, and the body
+  ends with a single ``\\n``;
+* :class:`TurnSpan` offsets are Python ``str`` indices (Unicode code points):
+  ``body[span.char_start:span.char_end] == message.content`` and
+  ``body[span.header_start:span.char_start] == "[<role> #<turn_id>] "``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from donto_pg.core.fences import fence_spans
+
+__all__ = ["Conversation", "Message", "Question", "TurnSpan", "code_char_share", "format_chat"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation, in conversation order."""
+
+    seq: int
+    turn_id: int
+    role: str
+    session: int
+    date: datetime.date | None
+    content: str
+    question_type: str | None
+    exchange: int
+
+
+@dataclass
+class Question:
+    """One probing question with its gold turns normalised to global turn ids."""
+
+    ability: str
+    index: int
+    question: str
+    answer: str | None
+    rubric: list | None
+    gold: list[list[int]]
+    stale: list[int]
+    skipped: list[str]
+    raw: dict
+
+
+@dataclass
+class Conversation:
+    """A loaded conversation: messages in order, questions, and load warnings."""
+
+    conversation_id: str
+    scale: str
+    messages: list[Message]
+    questions: list[Question]
+    warnings: list[str] = field(default_factory=list)
+    source: str = ""
+
+    def turn_seqs(self) -> dict[int, list[int]]:
+        """Map each turn id to the ``seq`` of every message carrying it (duplicates)."""
+        out: dict[int, list[int]] = defaultdict(list)
+        for m in self.messages:
+            out[m.turn_id].append(m.seq)
+        return dict(out)
+
+
+@dataclass(frozen=True)
+class TurnSpan:
+    """Where one message sits in the canonical body (``str`` indices)."""
+
+    seq: int
+    turn_id: int
+    role: str
+    session: int
+    exchange: int
+    date: datetime.date | None
+    header_start: int
+    char_start: int
+    char_end: int
+
+
+def format_chat(conv: Conversation | Sequence[Message]) -> tuple[str, list[TurnSpan]]:
+    """Render the canonical text of a conversation and where each message sits in it.
+
+    See the module docstring for the format. Deterministic: a pure function of the
+    messages (their session, date, role, turn_id and content).
+    """
+    messages = conv.messages if isinstance(conv, Conversation) else conv
+    chunks: list[str] = []
+    spans: list[TurnSpan] = []
+    pos = 0
+    prev_session: int | None = None
+
+    def emit(text: str) -> None:
+        nonlocal pos
+        chunks.append(text)
+        pos += len(text)
+
+    for i, m in enumerate(messages):
+        if i == 0 or m.session != prev_session:
+            if i:
+                emit("\n")
+            day = m.date.isoformat() if m.date else "undated"
+            emit(f"=== session {m.session} | {day} ===\n")
+            prev_session = m.session
+        emit("\n")
+        header_start = pos
+        emit(f"[{m.role} #{m.turn_id}] ")
+        char_start = pos
+        emit(m.content)
+        spans.append(
+            TurnSpan(
+                seq=m.seq,
+                turn_id=m.turn_id,
+                role=m.role,
+                session=m.session,
+                exchange=m.exchange,
+                date=m.date,
+                header_start=header_start,
+                char_start=char_start,
+                char_end=pos,
+            )
+        )
+        emit("\n")
+    return "".join(chunks), spans
+
+
+def _fenced_chars(text: str) -> int:
+    """Characters on fence lines and between them, the newline ending a closing line
+    included (``` or ~~~; an unclosed fence runs to the end), per :func:`fence_spans`."""
+    inside = 0
+    for fs, fe in fence_spans(text, 0, len(text)):
+        inside += fe - fs + (1 if fe < len(text) and text[fe] == "\n" else 0)
+    return inside
+
+
+def code_char_share(body_or_conv: str | Conversation | Sequence[Message]) -> float:
+    """Share (0..1) of characters inside ``` or ~~~ fenced blocks, fence lines included.
+
+    A string is scanned as one Markdown text. For a conversation (or messages) each
+    message is scanned on its own, so an unclosed fence ends with its message, and the
+    share is over message contents only (prefixes and headers excluded).
+    """
+    if isinstance(body_or_conv, str):
+        return _fenced_chars(body_or_conv) / len(body_or_conv) if body_or_conv else 0.0
+    messages = body_or_conv.messages if isinstance(body_or_conv, Conversation) else body_or_conv
+    total = sum(len(m.content) for m in messages)
+    if not total:
+        return 0.0
+    return sum(_fenced_chars(m.content) for m in messages) / total
