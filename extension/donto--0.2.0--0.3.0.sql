@@ -3849,7 +3849,7 @@ begin
     end if;
     v_ctx := donto.ensure_context(coalesce(context, donto.standing_context_iri(v_iri)),
                                   'standing');
-    perform pg_catalog.pg_advisory_xact_lock(2060, rev_id::integer);
+    perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = 'rules-v1'
