@@ -27,7 +27,7 @@ first and spends a recall pass only on the survivors:
    :data:`~donto_pg.extract.ALARM_MIN_ANCHOR`) is rejected before its recall pass,
    saying why.
 5. **Recall pass for survivors.** The arm's units are embedded as recall keys (only
-   the holdout; a unit whose bytes already have a vector, e.g. a fixed window equal
+   the holdout; a unit whose text already has a vector, e.g. a fixed window equal
    to a projection A chunk, reuses it) and hit@k is measured with
    ``donto.ab_recall_units`` (exact cosine + full-text rank, reciprocal rank fusion).
 6. **Verdict in SQL** (``donto.ab_verdict``): commit, re-prompt, re-chunk or reject.

@@ -57,18 +57,6 @@ superuser = true
 # only this version's script and the update script from the last release are built.
 RELEASED = {"0.1.0": "006-ab.sql", "0.2.0": "007-recall-lexical.sql"}
 
-_CONFIG_DUMP = (
-    "-- Let pg_dump keep the data of every table (extension member tables are otherwise\n"
-    "-- dumped empty).\n"
-    "do $$\ndeclare v regclass;\nbegin\n"
-    "    for v in select c.oid::regclass from pg_catalog.pg_class as c\n"
-    "        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid\n"
-    "        where n.nspname = 'donto' and c.relkind = 'r'\n"
-    "    loop\n        perform pg_catalog.pg_extension_config_dump(v, '');\n    end loop;\n"
-    "end;\n$$;"
-)
-
-
 def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> str:
     parts = [title, f'\\echo Use "{use}" to load this file. \\quit']
     if head_text is not None:
@@ -80,7 +68,6 @@ def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> st
         )
     for s in idempotent_sources():
         parts.append(f"-- sql/{s.name}\n{s.text}")
-    parts.append(_CONFIG_DUMP)
     return "\n\n".join(parts) + "\n"
 
 

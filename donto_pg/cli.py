@@ -125,6 +125,17 @@ def extension_build() -> None:
         typer.echo(f"wrote {p.relative_to(mig.ROOT)}")
 
 
+@ext_app.command("python-path")
+def extension_python_path(
+    database: Annotated[str, typer.Argument(help="The database the statement names.")],
+) -> None:
+    """Print the ALTER DATABASE ... SET donto.python_path statement (for a superuser) that
+    lets the server's Python import this donto-pg (or put the value in postgresql.conf)."""
+    value = mig.python_path_setting().replace("'", "''")
+    name = '"' + database.replace('"', '""') + '"'
+    typer.echo(f"ALTER DATABASE {name} SET donto.python_path = '{value}';")
+
+
 @ext_app.command("install")
 def extension_install(
     dsn: DsnOpt = None,

@@ -4,7 +4,7 @@ Every step is a call into the database API, printed so it can be pasted into
 psql: register a content-addressed revision, show I3 refusing an UPDATE, cut
 and embed projection A, recall three probing questions (hit or miss against
 their gold turns), cut projection B, render one prompt, extract and trace a
-claim back to its bytes.
+claim back to its text (character offsets).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def show_extraction(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult
                                     providers=pool, alarm_after=0)
     echo(extract.format_report(report))
 
-    _head(echo, "8. A claim traced back to its bytes (donto.claim_provenance)")
+    _head(echo, "8. A claim traced back to its text (donto.claim_provenance)")
     row = conn.execute(
         "select claim_id, subject, predicate, object, revision_id, char_start, char_end, "
         "anchor_method, evidence_text, model, prompt_version, recall_chunks "
@@ -156,7 +156,7 @@ def show_extraction(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult
     echo(f"claim {cid}: ({s}, {p}, {o})  [{model}, prompt {version}]")
     echo(f"  evidence: revision {rev} [{start}, {end}) anchored {method}: "
          f"\"{_short(evidence, 90)}\"")
-    echo(f"  select donto.span_text({rev}, {start}, {end}) returns the same bytes: "
+    echo(f"  select donto.span_text({rev}, {start}, {end}) returns the same text: "
          f"{'yes' if exact == evidence else 'NO'}; recall chunks over it: {chunks}")
 
 

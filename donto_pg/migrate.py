@@ -162,6 +162,25 @@ def _extension_installed(conn: psycopg.Connection) -> bool:
     return conn.execute("select 1 from pg_extension where extname = 'donto'").fetchone() is not None
 
 
+def _require_superuser(conn: psycopg.Connection, what: str) -> None:
+    """Stop with what a superuser must run, before a 40-line error from the server."""
+    if conn.execute("select current_setting('is_superuser')").fetchone()[0] == "on":
+        return
+    user, db = conn.execute("select current_user, current_database()").fetchone()
+    raise MigrationError(
+        f"{what} must run as a superuser (you are {user}): it creates PL/Python functions, "
+        "and PostgreSQL lets only superusers create functions in the untrusted language "
+        "plpython3u (GRANT cannot change that).\n"
+        f"Ask a superuser to run it on database {db} (or to run CREATE EXTENSION donto CASCADE "
+        f"there), then GRANT donto_writer TO {user}; (or donto_reader to read only)."
+    )
+
+
+def python_path_setting(paths: list[str] | None = None) -> str:
+    """The value of the server setting donto.python_path (directories joined by ':')."""
+    return ":".join(paths if paths is not None else python_path())
+
+
 def write_settings(conn: psycopg.Connection, paths: list[str] | None = None) -> None:
     conn.execute(
         "insert into donto.setting (key, value) values ('python_path', %s) "
@@ -189,6 +208,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
                 "this database uses CREATE EXTENSION donto: upgrade it with "
                 "ALTER EXTENSION donto UPDATE instead of donto-pg migrate"
             )
+        _require_superuser(conn, "donto-pg migrate")
         conn.execute("create extension if not exists plpython3u")
         conn.execute("create extension if not exists vector")
         conn.execute(head().text)
@@ -218,6 +238,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
 
 def create_extension(conn: psycopg.Connection, paths: list[str] | None = None) -> None:
     """CREATE EXTENSION donto CASCADE in the connected database and write its settings."""
+    _require_superuser(conn, "CREATE EXTENSION donto")
     conn.execute("create extension if not exists donto cascade")
     write_settings(conn, paths)
     conn.commit()

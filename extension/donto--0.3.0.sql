@@ -879,14 +879,16 @@ stable
 parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
-/* The exact text of [p_start, p_end) in a revision body (0-based char offsets). */
+/* The exact text of [p_start, p_end) in a revision body (0-based offsets in characters,
+   not bytes). */
     select substring(r.body from p_start + 1 for p_end - p_start)
     from donto.revision as r
     where r.revision_id = p_revision_id;
 $$;
 
 comment on function donto.span_text(bigint, integer, integer) is
-'The exact bytes of a revision span [start, end) (0-based character offsets).';
+'The exact text of a revision span [start, end); offsets count characters (0-based), not '
+'bytes.';
 
 
 -- sql/030-bitemporal.sql
@@ -965,8 +967,15 @@ comment on function donto.statements_as_of(timestamptz, date) is
 -- sql/040-python.sql
 -- PL/Python plumbing. PL/Python bodies stay a few lines: they import plain
 -- modules of the donto_pg package (unit-tested as ordinary Python). Where the
--- package lives for the server's Python is the setting python_path, written
--- by `donto-pg migrate` / `donto-pg extension install`.
+-- package lives for the server's Python (donto._python_path):
+--   1. the setting donto.python_path (directories separated by ':'), from
+--      postgresql.conf, ALTER SYSTEM or ALTER DATABASE / ALTER ROLE ... SET:
+--      the way a DBA configures a server;
+--   2. else the stored setting python_path in donto.setting, written by
+--      `donto-pg migrate` / `donto-pg extension install`.
+-- The server runs that code as its OS user, so donto.python_path is trusted only
+-- from those sources (only a superuser writes them); a value given by SET or by
+-- PGOPTIONS is refused.
 --
 -- Every PL/Python function is two lines over the server floor (donto_pg.server):
 --     if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
@@ -987,35 +996,117 @@ comment on function donto.sql_version() is
 'The donto-pg version of the installed SQL; donto._py_boot refuses a donto_pg package '
 'of another version. Immutable, invoker.';
 
+create or replace function donto._python_path()
+returns table (paths text[], source text)
+language plpgsql
+stable
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The directories the server's Python imports donto_pg from, and where they were set:
+'donto.python_path' (server or database configuration) or 'donto.setting' (written by
+donto-pg). Refuses (42501) a donto.python_path that only this session or connection set.
+Security definer: pg_file_settings is for superusers (the owner of the extension).
+*/
+declare
+    v_value text := nullif(
+        pg_catalog.current_setting('donto.python_path', true), ''
+    );
+begin
+    if v_value is not null then
+        if exists (
+            select from pg_catalog.pg_db_role_setting as s
+            where
+                s.setdatabase in (
+                    0, (select d.oid from pg_catalog.pg_database as d
+                        where d.datname = pg_catalog.current_database())
+                )
+                and s.setrole in (
+                    0, (select r.oid from pg_catalog.pg_roles as r
+                        where r.rolname = session_user)
+                )
+                and ('donto.python_path=' || v_value) = any(s.setconfig)
+        ) or exists (
+            select from pg_catalog.pg_file_settings as f
+            where f.name = 'donto.python_path' and f.setting = v_value and f.applied
+        ) then
+            return query select pg_catalog.string_to_array(v_value, ':'), 'donto.python_path';
+            return;
+        end if;
+        raise exception
+            'donto: donto.python_path = ''%'' was set by this session or connection '
+            '(SET or PGOPTIONS); it names the code the server runs, so it is read only from '
+            'postgresql.conf, ALTER SYSTEM or ALTER DATABASE / ALTER ROLE ... SET',
+            v_value
+            using errcode = '42501',
+            hint = pg_catalog.format(
+                'As a superuser: ALTER DATABASE %I SET donto.python_path = ''%s''; '
+                'then reconnect.', pg_catalog.current_database(), v_value
+            );
+    end if;
+    return query
+    select array(select pg_catalog.jsonb_array_elements_text(s.value)), 'donto.setting'
+    from donto.setting as s where s.key = 'python_path';
+end;
+$$;
+
+comment on function donto._python_path() is
+'Where the server''s Python finds donto_pg: setting donto.python_path (postgresql.conf, '
+'ALTER SYSTEM, ALTER DATABASE/ROLE SET; never SET or PGOPTIONS), else donto.setting.';
+
 create or replace function donto._py_boot()
 returns void
 language plpython3u
 volatile
 set search_path to pg_catalog, pg_temp
 as $py$
-# Put donto_pg on the server's sys.path (from setting python_path), import its server
+# Put donto_pg on the server's sys.path (donto._python_path), import its server
 # floor, check its version against the SQL's, cache it in GD.
 import importlib
-import json
 import os
+import re
 import sys
 
-rows = plpy.execute("select value from donto.setting where key = 'python_path'")
-paths = json.loads(rows[0]["value"]) if rows.nrows() else []
+row = plpy.execute("select paths, source from donto._python_path()")
+paths = list(row[0]["paths"] or []) if row.nrows() else []
+source = row[0]["source"] if row.nrows() else None
+db = plpy.execute("select pg_catalog.current_database() as d")[0]["d"]
+fix = (
+    "as a superuser run ALTER DATABASE %s SET donto.python_path = '<dirs>' (the statement "
+    "`donto-pg extension python-path %s` prints where donto-pg is installed), or set "
+    "donto.python_path in postgresql.conf; then reconnect" % (plpy.quote_ident(db), db)
+)
+if source != "donto.python_path" and not plpy.execute(
+        "select from pg_catalog.pg_extension where extname = 'donto'").nrows():
+    fix = "run `donto-pg migrate` from the environment where donto-pg is installed, or " + fix
+if not paths:
+    plpy.error("donto: the server's Python does not know where donto_pg is installed "
+               "(donto.python_path is not set and donto.setting has no python_path): " + fix)
+# A site-packages dir of another minor version (lib/python3.X) holds compiled
+# modules this interpreter cannot load: say so instead of failing on an import.
+here = "%d.%d" % sys.version_info[:2]
+for p in paths:
+    m = re.search(r"python(\d+\.\d+)", p)
+    if m and m.group(1) != here:
+        plpy.error(
+            "donto: the server's Python is %s (%s) but %s names a package installed for "
+            "Python %s (%s): install donto-pg with a Python %s (python%s -m venv ...) and "
+            "point donto.python_path at it" % (here, sys.executable, source, m.group(1), p,
+                                              here, here))
 for p in reversed(paths):
     if p not in sys.path:
         sys.path.insert(0, p)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars in the server log
 try:
     server = importlib.import_module("donto_pg.server")
 except ImportError as exc:
     plpy.error(
-        "donto: the server's Python cannot import donto_pg (%s); python_path = %r. "
-        "Run `donto-pg migrate` (or `donto-pg extension install`) from the environment where "
-        "donto-pg is installed, and make sure the server's OS user can read it." % (exc, paths)
-    )
+        "donto: the server's Python cannot import donto_pg (%s) from %s = %r: %s; and make "
+        "sure the server's OS user can read those directories" % (exc, source, paths, fix))
 sql_version = plpy.execute("select donto.sql_version() as v")[0]["v"]
 if server.__version__ != sql_version:
     plpy.error(
@@ -1031,8 +1122,47 @@ $py$;
 
 comment on function donto._py_boot() is
 'Load the server floor of the donto_pg package (donto_pg.server) into this backend '
-'(PL/Python), using setting python_path; fails (55000) when its version is not '
-'donto.sql_version().';
+'(PL/Python), from donto._python_path(); refuses a package installed for another Python '
+'minor version, and fails (55000) when its version is not donto.sql_version().';
+
+create or replace function donto.warmup(model text default null)
+returns jsonb
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Load what the first donto.recall of a connection would load: the donto_pg package and the
+embedding model (MODEL, null: the default registered one), about 4 s and 0.5 GB per backend.
+Call it once on each new server connection (a pool's connect hook, e.g. psycopg_pool's
+configure callback): select donto.warmup();
+Returns {"model": name or null, "seconds": time taken}.
+*/
+declare
+    v_start timestamptz := pg_catalog.clock_timestamp();
+    v_model text;
+begin
+    perform donto._py_boot();
+    if model is not null or exists (select from donto.embedding_model) then
+        select m.name into v_model from donto.embedding_model as m
+        where m.model_id = donto.embedding_model_id(model);
+    end if;
+    if v_model is not null then
+        perform donto.embed_query('warm up', v_model);
+    end if;
+    return pg_catalog.jsonb_build_object(
+        'model', v_model,
+        'seconds', pg_catalog.round(
+            extract(epoch from pg_catalog.clock_timestamp() - v_start)::numeric, 3
+        )
+    );
+end;
+$$;
+
+comment on function donto.warmup(text) is
+'Load donto_pg and the embedding model into this backend, so that the first donto.recall is '
+'fast: for poolers to call on connect. Returns {model, seconds}.';
 
 
 -- sql/050-recall.sql
@@ -2037,7 +2167,7 @@ comment on view donto.question_gold_span is
 -- sql/070-extraction.sql
 -- Projection B (extraction): blocks cut by the segmenter, rendered into
 -- injection-resistant prompts (the only path to a prompt), answers kept verbatim,
--- parsed into claims anchored to the bytes of the revision, with a quality vector
+-- parsed into claims anchored to the text of the revision, with a quality vector
 -- per block. Runs are resumable; every status change is a new row (I3).
 
 create or replace function donto.claims_context_iri(p_document_iri text)
@@ -2974,9 +3104,9 @@ $$;
 
 comment on function donto.ingest_extraction(bigint, bigint, text, jsonb) is
 'Ingest a raw extractor response for (block, run): kept verbatim, parsed into claim statements '
-'anchored to revision bytes (evidence_link, src_chunk), with the block''s mem:chunkqual/v1 '
-'quality vector and fate; a claim stays current only when its quote anchors (or it is an '
-'unquoted hypothesis) and the response is not injected; over the claim cap, refused; '
+'anchored to revision character spans (evidence_link, src_chunk), with the block''s '
+'mem:chunkqual/v1 quality vector and fate; a claim stays current only when its quote '
+'anchors (or it is an unquoted hypothesis) and the response is not injected; over the claim cap, refused; '
 'idempotent per (block, run); returns a summary.';
 
 -- -- provenance and quality views -------------------------------------------------------
@@ -3136,10 +3266,70 @@ left join donto.evidence_link as e on c.statement_id = e.statement_id
 left join donto.retraction as rt on s.statement_id = rt.statement_id;
 
 comment on view donto.claim_provenance is
-'Every extracted claim with the exact evidence bytes (taken from the revision by offset), '
+'Every extracted claim with the exact evidence text (taken from the revision by character '
+'offsets), '
 'anchoring method and score, block, revision, document, run, model, prompt version, '
 'transaction time, the overlapping recall chunks, and why it is retracted (an unanchored '
 'claim or one from an injected response is stored retracted: never a current fact).';
+
+
+-- sql/071-claims-as-of.sql
+-- Claims as of a transaction time, next to donto.statements_as_of (sql/030-bitemporal.sql).
+
+create or replace function donto.claims_as_of(tx timestamptz, valid date default null)
+returns setof donto.claim_provenance
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The extracted claims the database knew at transaction time TX (and, with VALID, valid on
+that date): donto.claim_provenance restricted to donto.statements_as_of(TX, VALID), so the
+transaction-time rule is that function's (volatile like it: it may check TX against a
+horizon). Every row was a current claim at TX: retracted
+is false and retraction_reason null (a later retraction does not show).
+    select subject, predicate, object, evidence_text
+    from donto.claims_as_of(now() - interval '1 day');
+*/
+    select
+        c.claim_id,
+        c.subject,
+        c.predicate,
+        c.object,
+        c.is_hypothesis,
+        c.valid_time,
+        c.transaction_time,
+        false as retracted,
+        c.quote,
+        c.turn_id,
+        c.char_start,
+        c.char_end,
+        c.anchor_method,
+        c.anchor_score,
+        c.evidence_text,
+        c.block_id,
+        c.block_seq,
+        c.block_kind,
+        c.revision_id,
+        c.document,
+        c.context,
+        c.run_id,
+        c.run_label,
+        c.is_baseline,
+        c.provider,
+        c.model,
+        c.prompt_family,
+        c.prompt_version,
+        c.recall_chunks,
+        null::text as retraction_reason
+    from donto.claim_provenance as c
+    inner join donto.statements_as_of(tx, valid) as s on c.claim_id = s.statement_id;
+$$;
+
+comment on function donto.claims_as_of(timestamptz, date) is
+'Bitemporal claims: donto.claim_provenance as known at transaction time TX (valid at VALID, '
+'if given), over donto.statements_as_of.';
 
 
 -- sql/075-ab.sql
@@ -3537,7 +3727,7 @@ as $$
 /*
 Give the arm's units of P_REVISION_IDS that have no vector for the model the vector of
 another recall key with the same text: a recall chunk (projection A) or a unit of
-another arm with the same revision and span (same bytes, same vector). Returns the
+another arm with the same revision and span (same text, same vector). Returns the
 vectors copied; the rest must be embedded.
 */
 declare
@@ -4714,7 +4904,8 @@ begin
               and (p.provolatile <> 'v'
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
                                     'recall_summaries', 'recall_summaries_by_vector',
-                                    'embed_query', 'render_for_extraction', 'anchor'))
+                                    'embed_query', 'render_for_extraction', 'anchor',
+                                    'warmup', 'claims_as_of'))
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;
@@ -4722,16 +4913,691 @@ end;
 $$;
 
 
--- Let pg_dump keep the data of every table (extension member tables are otherwise
--- dumped empty).
+-- sql/096-comments.sql
+-- Comments on every column of every table and view in schema donto (\d+ shows them).
+-- Tables made by frozen migrations are commented here (idempotent: run on every
+-- install and upgrade). Generic names (created_at, char_start, ...) get one meaning
+-- everywhere unless a table names them below; a later migration or view comments its own
+-- columns (tests/db/test_foundation.py fails on a column without a comment).
+-- Offsets are characters of the revision body (not bytes), everywhere.
+
 do $$
-declare v regclass;
+declare
+    v record;
 begin
-    for v in select c.oid::regclass from pg_catalog.pg_class as c
-        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
-        where n.nspname = 'donto' and c.relkind = 'r'
+    for v in
+        select c.relname, a.attname, g.note
+        from (values
+            ('created_at',
+            'When the row was inserted (transaction time; rows are never updated).'),
+            ('char_start',
+            'Start of the span in the revision body, in characters (0-based, inclusive); '
+            'donto.span_text(revision_id, char_start, char_end) returns it.'),
+            ('char_end',
+            'End of the span in the revision body, in characters (exclusive).'),
+            ('revision_id',
+            'The revision (donto.revision) the row belongs to.'),
+            ('projection_id',
+            'The projection (donto.projection) that made the row.'),
+            ('statement_id',
+            'The statement (donto.statement) this row describes.'),
+            ('block_id',
+            'The extraction block (donto.extraction_block).'),
+            ('run_id',
+            'The extraction run (donto.extraction_run).'),
+            ('response_id',
+            'The raw extractor response (donto.extraction_response).'),
+            ('model_id',
+            'The embedding model (donto.embedding_model).'),
+            ('gate_id',
+            'The A/B gate (donto.ab_gate).'),
+            ('arm_id',
+            'The A/B arm (donto.ab_arm).'),
+            ('document_id',
+            'The document (donto.document).'),
+            ('context_id',
+            'The context, a named graph (donto.context).'),
+            ('meta',
+            'Free-form metadata (JSON object).'),
+            ('tsv',
+            'Full-text vector of the text (every word weight D, the user''s words once more with '
+            'weight A).'),
+            ('turn_id',
+            'The message id given by the source (BEAM id); may repeat within a revision.'),
+            ('session',
+            'Session number (a BEAM batch) of the turn.'),
+            ('params',
+            'Parameters (JSON object) of the strategy, defaults filled in.'),
+            ('is_baseline',
+            'True for the offline rule-based baseline extractor (not a language model).'),
+            ('run_label',
+            'Label of the extraction run.'),
+            ('provider',
+            'The LLM provider that answered (null: the baseline extractor).'),
+            ('model',
+            'The model that produced the response (as the provider reported it).')
+        ) as g (col, note)
+        inner join pg_catalog.pg_attribute as a on g.col = a.attname
+        inner join pg_catalog.pg_class as c on a.attrelid = c.oid
+        where
+            c.relnamespace = 'donto'::regnamespace
+            and c.relkind in ('r', 'v', 'm', 'p')
+            and a.attnum > 0
+            and not a.attisdropped
     loop
-        perform pg_catalog.pg_extension_config_dump(v, '');
+        execute pg_catalog.format(
+            'comment on column donto.%I.%I is %L', v.relname, v.attname, v.note
+        );
     end loop;
 end;
 $$;
+
+comment on column donto.migration.name is
+'File name of the applied migration (migrations/NNN-topic.sql).';
+comment on column donto.migration.sha256 is
+'SHA-256 (hex) of the migration file as applied; a changed file stops migrate.';
+comment on column donto.migration.applied_at is
+'When the migration was applied.';
+
+comment on column donto.setting.key is
+'Setting name (python_path: the directories the server''s Python imports donto_pg from).';
+comment on column donto.setting.value is
+'Setting value (JSON).';
+comment on column donto.setting.set_at is
+'When the value was last written.';
+
+comment on column donto.document.document_id is
+'Identity of the document.';
+comment on column donto.document.iri is
+'The document''s name, e.g. beam:100K/1 (unique, never blank).';
+comment on column donto.document.meta is
+'Source metadata of the document (JSON object).';
+
+comment on column donto.revision.revision_id is
+'Identity of the revision.';
+comment on column donto.revision.document_id is
+'The document this is a revision of.';
+comment on column donto.revision.sha256 is
+'SHA-256 of the body (32 bytes): the revision''s content address, unique.';
+comment on column donto.revision.body is
+'The canonical text, immutable; every offset in the schema counts characters of it.';
+comment on column donto.revision.body_chars is
+'Length of the body in characters (not bytes).';
+comment on column donto.revision.supersedes is
+'The earlier revision of the same document this one replaces, if any.';
+comment on column donto.revision.meta is
+'Metadata given when the revision was registered (JSON object).';
+comment on column donto.revision.registered_at is
+'When the revision was registered (transaction time).';
+
+comment on column donto.turn.seq is
+'Position of the message in the revision (0-based).';
+comment on column donto.turn.role is
+'Speaker: user, assistant or system.';
+comment on column donto.turn.exchange is
+'Exchange number: a user turn and the answers that follow it.';
+comment on column donto.turn.time_anchor is
+'Date the source gives for the message (its session), if any.';
+comment on column donto.turn.header_start is
+'Start of the message''s line prefix ([user #0] ...) in the body, in characters.';
+comment on column donto.turn.char_start is
+'Start of the message content in the body, in characters (inclusive).';
+comment on column donto.turn.char_end is
+'End of the message content in the body, in characters (exclusive).';
+
+comment on column donto.context.context_id is
+'Identity of the context.';
+comment on column donto.context.iri is
+'The context''s name, e.g. ctx:memory/episodic/beam/<conv> (unique).';
+comment on column donto.context.kind is
+'Kind of context (recall, claims, ...), free text.';
+
+comment on column donto.statement.statement_id is
+'Identity of the statement.';
+comment on column donto.statement.subject is
+'Subject of the fact (IRI or name).';
+comment on column donto.statement.predicate is
+'Predicate of the fact (e.g. mem:chunk/v1, or a claim''s verb).';
+comment on column donto.statement.object_iri is
+'Object when it is an IRI (exactly one of object_iri, object_lit is set).';
+comment on column donto.statement.object_lit is
+'Object when it is a literal (JSON).';
+comment on column donto.statement.context_id is
+'The context (named graph) the statement belongs to.';
+comment on column donto.statement.valid_time is
+'When the fact holds in the world (date range; (,) = always).';
+comment on column donto.statement.tx_from is
+'Transaction time: when the database recorded the statement.';
+comment on column donto.statement.document_id is
+'The document the statement derives from, if any.';
+comment on column donto.statement.derived_from_revision is
+'The revision the statement derives from, if any.';
+comment on column donto.statement.char_start is
+'Start of the evidence span in that revision, in characters (inclusive).';
+comment on column donto.statement.char_end is
+'End of the evidence span, in characters (exclusive).';
+comment on column donto.statement.is_hypothesis is
+'True when the statement is a hypothesis, not an asserted fact.';
+
+comment on column donto.retraction.retraction_id is
+'Identity of the retraction.';
+comment on column donto.retraction.statement_id is
+'The retracted statement (at most one retraction each).';
+comment on column donto.retraction.reason is
+'Why it was retracted (never blank).';
+comment on column donto.retraction.tx_from is
+'Transaction time of the retraction.';
+
+comment on column donto.projection.projection_id is
+'Identity of the projection.';
+comment on column donto.projection.revision_id is
+'The revision projected.';
+comment on column donto.projection.kind is
+'recall (projection A) or extraction (projection B).';
+comment on column donto.projection.strategy is
+'How the revision was cut (e.g. window, segment).';
+comment on column donto.projection.context_id is
+'The context the projection''s statements go to.';
+
+comment on column donto.x_memory_record.statement_id is
+'The recall chunk statement (mem:chunk/v1).';
+comment on column donto.x_memory_record.chunk_index is
+'Position of the chunk in its projection (0-based).';
+
+comment on column donto.x_memory_lexical.statement_id is
+'The recall chunk (donto.x_memory_record).';
+
+comment on column donto.embedding_model.model_id is
+'Identity of the model.';
+comment on column donto.embedding_model.name is
+'Model name (e.g. all-MiniLM-L6-v2), unique.';
+comment on column donto.embedding_model.source is
+'Where the model was loaded from (hub name or path).';
+comment on column donto.embedding_model.dimension is
+'Vector dimension.';
+
+comment on column donto.embedding.statement_id is
+'The embedded recall chunk (or A/B unit, session summary).';
+comment on column donto.embedding.embedding is
+'The L2-normalised vector (pgvector).';
+
+comment on column donto.probe_question.question_id is
+'Identity of the question.';
+comment on column donto.probe_question.document_id is
+'The conversation''s document.';
+comment on column donto.probe_question.revision_id is
+'The revision the question is asked about.';
+comment on column donto.probe_question.ability is
+'BEAM ability probed (information_extraction, knowledge_update, ...).';
+comment on column donto.probe_question.qindex is
+'Position of the question within its ability (0-based).';
+comment on column donto.probe_question.question is
+'The question text.';
+comment on column donto.probe_question.answer is
+'The reference answer, if given.';
+comment on column donto.probe_question.gold is
+'Groups of turn ids that answer it (JSON array of arrays).';
+comment on column donto.probe_question.stale is
+'Superseded turn ids (knowledge_update), JSON array.';
+comment on column donto.probe_question.skipped is
+'Notes on ids that could not be used (JSON array).';
+comment on column donto.probe_question.raw is
+'The question as the benchmark gave it (JSON).';
+
+comment on column donto.extraction_block.block_id is
+'Identity of the block.';
+comment on column donto.extraction_block.seq is
+'Position of the block in its projection (0-based).';
+comment on column donto.extraction_block.kind is
+'dialogue, code, system or mixed (modality-pure blocks).';
+comment on column donto.extraction_block.turns is
+'The message parts the block covers (JSON array: seq, turn_id, role, session, date, char '
+'span, split).';
+comment on column donto.extraction_block.prefix_start is
+'Start of the inert prefix (previous block''s last turn), in characters.';
+comment on column donto.extraction_block.prefix_end is
+'End of the inert prefix, in characters (exclusive).';
+comment on column donto.extraction_block.prefix_turn_seq is
+'Turn (seq) the prefix comes from.';
+comment on column donto.extraction_block.split is
+'True when the block cuts a message in parts.';
+comment on column donto.extraction_block.valid_time is
+'Dates of the block''s turns (date range).';
+
+comment on column donto.prompt_template.template_id is
+'Identity of the template.';
+comment on column donto.prompt_template.family is
+'Template family (e.g. stated_fact).';
+comment on column donto.prompt_template.version is
+'Template version within the family (a released one is never edited).';
+comment on column donto.prompt_template.kinds is
+'Block kinds routed to this family.';
+comment on column donto.prompt_template.system is
+'The system message.';
+comment on column donto.prompt_template.preamble is
+'Text before the block in the user message.';
+comment on column donto.prompt_template.reminder is
+'Text after the block in the user message.';
+comment on column donto.prompt_template.schema_text is
+'The output schema as shown to the model.';
+comment on column donto.prompt_template.schema is
+'The output schema (JSON Schema).';
+
+comment on column donto.extraction_run.run_id is
+'Identity of the run.';
+comment on column donto.extraction_run.run_key is
+'Key that makes the run resumable (unique).';
+comment on column donto.extraction_run.label is
+'Human label of the run (an arm).';
+comment on column donto.extraction_run.providers is
+'The providers used (JSON array, no keys).';
+comment on column donto.extraction_run.model is
+'Model requested.';
+comment on column donto.extraction_run.templates is
+'Pinned template versions per family (JSON object).';
+comment on column donto.extraction_run.params is
+'Projection B parameters of the run (JSON object).';
+comment on column donto.extraction_run.started_at is
+'When the run started.';
+
+comment on column donto.extraction_run_event.event_id is
+'Identity of the event.';
+comment on column donto.extraction_run_event.event is
+'started, resumed, paused, finished, alarm, failed or interrupted.';
+comment on column donto.extraction_run_event.detail is
+'Details of the event (JSON object).';
+comment on column donto.extraction_run_event.at is
+'When it happened (clock time).';
+
+comment on column donto.extraction_response.response_id is
+'Identity of the response.';
+comment on column donto.extraction_response.template_id is
+'The prompt template used.';
+comment on column donto.extraction_response.response is
+'The raw response, verbatim.';
+comment on column donto.extraction_response.parse_status is
+'ok, empty or broken.';
+comment on column donto.extraction_response.parse_error is
+'Why parsing failed, if it did.';
+comment on column donto.extraction_response.rejected is
+'Claims rejected by validation.';
+comment on column donto.extraction_response.quality_statement_id is
+'The block''s quality statement (mem:chunkqual/v1).';
+comment on column donto.extraction_response.summary is
+'What ingesting the response did (JSON).';
+comment on column donto.extraction_response.meta is
+'Provider metadata (usage, finish reason; never keys).';
+comment on column donto.extraction_response.received_at is
+'When the response was ingested.';
+
+comment on column donto.x_claim.statement_id is
+'The claim statement.';
+comment on column donto.x_claim.claim_index is
+'Position of the claim in its response (0-based).';
+comment on column donto.x_claim.quote is
+'The evidence quote as the extractor gave it.';
+comment on column donto.x_claim.turn_id is
+'The turn id the extractor named, if any.';
+comment on column donto.x_claim.src_chunk is
+'Recall chunks (statement ids, projection A) overlapping the evidence span.';
+
+comment on column donto.evidence_link.link_id is
+'Identity of the link.';
+comment on column donto.evidence_link.statement_id is
+'The claim statement anchored.';
+comment on column donto.evidence_link.revision_id is
+'The revision the quote was found in.';
+comment on column donto.evidence_link.quote is
+'The quote as given.';
+comment on column donto.evidence_link.method is
+'How it was anchored: exact, normalized or fuzzy.';
+comment on column donto.evidence_link.score is
+'Anchoring score (0 to 1).';
+
+comment on column donto.ab_arm.arm_id is
+'Identity of the arm.';
+comment on column donto.ab_arm.name is
+'Arm name (unique).';
+comment on column donto.ab_arm.strategy is
+'fixed or semantic.';
+comment on column donto.ab_arm.spec is
+'The arm as written (e.g. fixed:window=800).';
+
+comment on column donto.ab_unit.statement_id is
+'The unit''s statement.';
+comment on column donto.ab_unit.block_id is
+'The extraction block of the unit (unique).';
+comment on column donto.ab_unit.revision_id is
+'The revision cut.';
+
+comment on column donto.ab_gate.gate_key is
+'Key of the gate (unique).';
+comment on column donto.ab_gate.revisions is
+'Holdout revisions measured.';
+comment on column donto.ab_gate.holdout is
+'The holdout conversations (JSON array).';
+comment on column donto.ab_gate.k is
+'The k of hit@k.';
+comment on column donto.ab_gate.model_id is
+'Embedding model of the recall pass.';
+comment on column donto.ab_gate.recall_arm is
+'Recall arm measured: vector, lexical or hybrid.';
+comment on column donto.ab_gate.questions is
+'Number of gold questions.';
+
+comment on column donto.ab_baseline.baseline_id is
+'Identity of the baseline.';
+comment on column donto.ab_baseline.gate_id is
+'The gate (one baseline each).';
+comment on column donto.ab_baseline.hit is
+'Baseline hit@k (0 to 1).';
+comment on column donto.ab_baseline.measure is
+'The measure per ability (JSON object).';
+
+comment on column donto.ab_result.result_id is
+'Identity of the result.';
+comment on column donto.ab_result.result_key is
+'Key of the result (unique).';
+comment on column donto.ab_result.run_id is
+'The extraction run of the arm.';
+comment on column donto.ab_result.stage is
+'measured, rejected (before the recall pass) or incomplete.';
+comment on column donto.ab_result.units is
+'Units the arm produced.';
+comment on column donto.ab_result.quality is
+'Metrics 1-4 (JSON object).';
+comment on column donto.ab_result.stop_reason is
+'Why it stopped, unless measured.';
+comment on column donto.ab_result.recall is
+'Recall hit@k when measured (JSON object).';
+
+comment on column donto.x_session_summary.statement_id is
+'The summary statement (mem:summary/session).';
+comment on column donto.x_session_summary.method is
+'extractive or abstractive.';
+comment on column donto.x_session_summary.summarizer is
+'Who summarized (a model or extractive/v1).';
+comment on column donto.x_session_summary.seq_first is
+'First turn (seq) of the session.';
+comment on column donto.x_session_summary.seq_last is
+'Last turn (seq) of the session.';
+comment on column donto.x_session_summary.turn_first is
+'First turn id of the session.';
+comment on column donto.x_session_summary.turn_last is
+'Last turn id of the session.';
+comment on column donto.x_session_summary.char_start is
+'Start of the session in the body (first turn''s header), in characters.';
+comment on column donto.x_session_summary.char_end is
+'End of the session''s last turn, in characters (exclusive).';
+
+comment on column donto.statement_current.statement_id is
+'Identity of the statement.';
+comment on column donto.statement_current.subject is
+'Subject of the fact.';
+comment on column donto.statement_current.predicate is
+'Predicate of the fact.';
+comment on column donto.statement_current.object_iri is
+'Object when it is an IRI.';
+comment on column donto.statement_current.object_lit is
+'Object when it is a literal (JSON).';
+comment on column donto.statement_current.context_id is
+'Context (named graph).';
+comment on column donto.statement_current.valid_time is
+'When the fact holds (date range).';
+comment on column donto.statement_current.tx_from is
+'When it was recorded.';
+comment on column donto.statement_current.document_id is
+'Document it derives from.';
+comment on column donto.statement_current.derived_from_revision is
+'Revision it derives from.';
+comment on column donto.statement_current.char_start is
+'Start of the evidence span, in characters.';
+comment on column donto.statement_current.char_end is
+'End of the evidence span, in characters (exclusive).';
+comment on column donto.statement_current.is_hypothesis is
+'True for a hypothesis.';
+
+comment on column donto.question_gold_span.question_id is
+'The probing question.';
+comment on column donto.question_gold_span.ability is
+'BEAM ability probed.';
+comment on column donto.question_gold_span.turn_id is
+'A gold turn id.';
+comment on column donto.question_gold_span.seq is
+'That turn''s position (seq).';
+comment on column donto.question_gold_span.header_start is
+'Start of the gold turn''s line prefix, in characters.';
+comment on column donto.question_gold_span.char_start is
+'Start of the gold turn''s content, in characters.';
+comment on column donto.question_gold_span.char_end is
+'End of the gold turn''s content, in characters (exclusive).';
+comment on column donto.question_gold_span.gold_group is
+'Which group of gold turns (0-based) this turn is in.';
+
+comment on column donto.chunk_quality.document is
+'The document''s IRI.';
+comment on column donto.chunk_quality.seq is
+'Position of the block.';
+comment on column donto.chunk_quality.kind is
+'Block kind.';
+comment on column donto.chunk_quality.char_start is
+'Start of the block, in characters.';
+comment on column donto.chunk_quality.char_end is
+'End of the block, in characters (exclusive).';
+comment on column donto.chunk_quality.split is
+'True when the block cuts a message.';
+comment on column donto.chunk_quality.facts_per_chunk is
+'Claims extracted from the block.';
+comment on column donto.chunk_quality.anchor_rate is
+'Share of its claims whose quote anchored.';
+comment on column donto.chunk_quality.hypothesis_rate is
+'Share of hypotheses.';
+comment on column donto.chunk_quality.injection is
+'1 when the response showed prompt-injection signals.';
+comment on column donto.chunk_quality.fate is
+'healthy, degraded or broken.';
+comment on column donto.chunk_quality.parse_status is
+'ok, empty or broken.';
+comment on column donto.chunk_quality.quality_statement_id is
+'The quality statement.';
+comment on column donto.chunk_quality.quality is
+'The quality vector (JSON).';
+comment on column donto.chunk_quality.received_at is
+'When the response was ingested.';
+
+comment on column donto.extraction_run_status.label is
+'Label of the run.';
+comment on column donto.extraction_run_status.started_at is
+'When the run started.';
+comment on column donto.extraction_run_status.providers is
+'Providers (no keys).';
+comment on column donto.extraction_run_status.templates is
+'Pinned template versions.';
+comment on column donto.extraction_run_status.status is
+'The latest event of the run.';
+comment on column donto.extraction_run_status.status_detail is
+'Its details.';
+comment on column donto.extraction_run_status.status_at is
+'When it happened.';
+comment on column donto.extraction_run_status.blocks_ingested is
+'Responses ingested so far.';
+comment on column donto.extraction_run_status.model is
+'Model requested.';
+
+comment on column donto.claim_provenance.claim_id is
+'The claim statement.';
+comment on column donto.claim_provenance.subject is
+'Subject of the claim.';
+comment on column donto.claim_provenance.predicate is
+'Predicate of the claim.';
+comment on column donto.claim_provenance.object is
+'Object of the claim (text).';
+comment on column donto.claim_provenance.is_hypothesis is
+'True for a hypothesis.';
+comment on column donto.claim_provenance.valid_time is
+'When the claim holds.';
+comment on column donto.claim_provenance.transaction_time is
+'When it was recorded.';
+comment on column donto.claim_provenance.retracted is
+'True when it is retracted (not a current fact).';
+comment on column donto.claim_provenance.quote is
+'The quote as the extractor gave it.';
+comment on column donto.claim_provenance.turn_id is
+'Turn id the extractor named.';
+comment on column donto.claim_provenance.char_start is
+'Start of the anchored evidence, in characters.';
+comment on column donto.claim_provenance.char_end is
+'End of the anchored evidence, in characters (exclusive).';
+comment on column donto.claim_provenance.anchor_method is
+'exact, normalized or fuzzy.';
+comment on column donto.claim_provenance.anchor_score is
+'Anchoring score (0 to 1).';
+comment on column donto.claim_provenance.evidence_text is
+'The evidence text taken from the revision by its character offsets.';
+comment on column donto.claim_provenance.block_seq is
+'Position of the block.';
+comment on column donto.claim_provenance.block_kind is
+'Kind of the block.';
+comment on column donto.claim_provenance.document is
+'The document''s IRI.';
+comment on column donto.claim_provenance.context is
+'The context''s IRI.';
+comment on column donto.claim_provenance.prompt_family is
+'Prompt template family.';
+comment on column donto.claim_provenance.prompt_version is
+'Prompt template version.';
+comment on column donto.claim_provenance.recall_chunks is
+'Recall chunks overlapping the evidence.';
+comment on column donto.claim_provenance.retraction_reason is
+'Why it is retracted.';
+
+comment on column donto.ab_report.revisions is
+'Holdout revisions.';
+comment on column donto.ab_report.k is
+'The k of hit@k.';
+comment on column donto.ab_report.recall_arm is
+'Recall arm measured.';
+comment on column donto.ab_report.arm is
+'Arm name.';
+comment on column donto.ab_report.strategy is
+'fixed or semantic.';
+comment on column donto.ab_report.spec is
+'The arm as written.';
+comment on column donto.ab_report.result_id is
+'The latest result.';
+comment on column donto.ab_report.stage is
+'measured, rejected or incomplete.';
+comment on column donto.ab_report.units is
+'Units produced.';
+comment on column donto.ab_report.stop_reason is
+'Why it stopped.';
+comment on column donto.ab_report.facts_per_chunk is
+'Metric 1: facts per chunk.';
+comment on column donto.ab_report.median_anchor_rate is
+'Metric 2: median anchor rate.';
+comment on column donto.ab_report.hypothesis_rate is
+'Metric 3: hypothesis rate.';
+comment on column donto.ab_report.injection_rate is
+'Metric 4: injection rate.';
+comment on column donto.ab_report.zero_fact_rate is
+'Share of units without facts.';
+comment on column donto.ab_report.recall_hit is
+'Recall hit@k of the arm.';
+comment on column donto.ab_report.baseline_hit is
+'Recall hit@k of the fixed-1,200 baseline.';
+comment on column donto.ab_report.verdict is
+'commit, re-prompt, re-chunk or reject (default thresholds).';
+comment on column donto.ab_report.reasons is
+'Why.';
+comment on column donto.ab_report.quality is
+'Metrics 1-4 (JSON).';
+comment on column donto.ab_report.recall is
+'Recall measure (JSON).';
+comment on column donto.ab_report.baseline is
+'Baseline measure (JSON).';
+
+comment on column donto.session_span.seq_first is
+'First turn (seq).';
+comment on column donto.session_span.seq_last is
+'Last turn (seq).';
+comment on column donto.session_span.turn_first is
+'First turn id.';
+comment on column donto.session_span.turn_last is
+'Last turn id.';
+comment on column donto.session_span.turns is
+'Number of turns.';
+comment on column donto.session_span.char_start is
+'Start of the session (first turn''s header), in characters.';
+comment on column donto.session_span.char_end is
+'End of its last turn, in characters (exclusive).';
+comment on column donto.session_span.first_date is
+'Earliest date of its turns.';
+comment on column donto.session_span.last_date is
+'Latest date of its turns.';
+
+
+-- sql/098-dump.sql
+-- Backup and restore of an extension database (CREATE EXTENSION donto).
+--
+-- pg_dump dumps the member tables of an extension EMPTY and leaves their
+-- sequences at their start: the restore runs CREATE EXTENSION donto (which
+-- makes the tables and seeds what the script seeds) and nothing else. So every
+-- table and sequence of schema donto that holds user data is marked with
+-- pg_extension_config_dump: pg_dump then dumps its rows and the sequence's
+-- value. The rule enumerates the catalog, so a table added by a later
+-- migration is covered without being named here. Rows the script itself seeds
+-- are left out of the dump, or the restore stops at a duplicate key:
+--   donto.migration        the ledger rows of the script: not dumped at all;
+--   donto.prompt_template  the templates of donto._prompt_template_seed():
+--                          dumped without them (others, if any, are dumped).
+-- A database installed with `donto-pg migrate` has no extension: its tables are
+-- ordinary tables that pg_dump dumps whole, and this file does nothing there.
+-- tests/db/test_backup.py round-trips both kinds of database.
+
+do $$
+declare
+    v_rel regclass;
+    v_filter text;
+begin
+    -- pg_extension_config_dump works only inside CREATE/ALTER EXTENSION donto,
+    -- which is the only way sql/ runs in a database that has the extension
+    -- (donto-pg migrate refuses such a database).
+    if not exists (select from pg_catalog.pg_extension where extname = 'donto') then
+        return;
+    end if;
+    -- Release 0.2.0 marked every table, the ledger too: unmark it (leaving the
+    -- extension removes a table's mark; it is a member again at once).
+    if exists (
+        select from pg_catalog.pg_extension
+        where extname = 'donto' and 'donto.migration'::regclass = any(extconfig)
+    ) then
+        alter extension donto drop table donto.migration;
+        alter extension donto add table donto.migration;
+    end if;
+    for v_rel in
+        select c.oid::regclass
+        from pg_catalog.pg_class as c
+        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
+        inner join pg_catalog.pg_depend as d
+            on
+                d.classid = 'pg_catalog.pg_class'::regclass
+                and c.oid = d.objid
+                and d.refclassid = 'pg_catalog.pg_extension'::regclass
+                and d.deptype = 'e'
+        where
+            n.nspname = 'donto'
+            and c.relkind in ('r', 'S')
+            and c.oid <> 'donto.migration'::regclass
+        order by c.relname
+    loop
+        v_filter := case v_rel
+            when 'donto.prompt_template'::regclass then
+                'where (family, version) not in '
+                || '(select s.family, s.version from donto._prompt_template_seed() as s)'
+            else ''
+        end;
+        perform pg_catalog.pg_extension_config_dump(v_rel, v_filter);
+    end loop;
+end;
+$$;
+

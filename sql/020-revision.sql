@@ -204,11 +204,13 @@ stable
 parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
-/* The exact text of [p_start, p_end) in a revision body (0-based char offsets). */
+/* The exact text of [p_start, p_end) in a revision body (0-based offsets in characters,
+   not bytes). */
     select substring(r.body from p_start + 1 for p_end - p_start)
     from donto.revision as r
     where r.revision_id = p_revision_id;
 $$;
 
 comment on function donto.span_text(bigint, integer, integer) is
-'The exact bytes of a revision span [start, end) (0-based character offsets).';
+'The exact text of a revision span [start, end); offsets count characters (0-based), not '
+'bytes.';

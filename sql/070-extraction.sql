@@ -1,6 +1,6 @@
 -- Projection B (extraction): blocks cut by the segmenter, rendered into
 -- injection-resistant prompts (the only path to a prompt), answers kept verbatim,
--- parsed into claims anchored to the bytes of the revision, with a quality vector
+-- parsed into claims anchored to the text of the revision, with a quality vector
 -- per block. Runs are resumable; every status change is a new row (I3).
 
 create or replace function donto.claims_context_iri(p_document_iri text)
@@ -937,9 +937,9 @@ $$;
 
 comment on function donto.ingest_extraction(bigint, bigint, text, jsonb) is
 'Ingest a raw extractor response for (block, run): kept verbatim, parsed into claim statements '
-'anchored to revision bytes (evidence_link, src_chunk), with the block''s mem:chunkqual/v1 '
-'quality vector and fate; a claim stays current only when its quote anchors (or it is an '
-'unquoted hypothesis) and the response is not injected; over the claim cap, refused; '
+'anchored to revision character spans (evidence_link, src_chunk), with the block''s '
+'mem:chunkqual/v1 quality vector and fate; a claim stays current only when its quote '
+'anchors (or it is an unquoted hypothesis) and the response is not injected; over the claim cap, refused; '
 'idempotent per (block, run); returns a summary.';
 
 -- -- provenance and quality views -------------------------------------------------------
@@ -1099,7 +1099,8 @@ left join donto.evidence_link as e on c.statement_id = e.statement_id
 left join donto.retraction as rt on s.statement_id = rt.statement_id;
 
 comment on view donto.claim_provenance is
-'Every extracted claim with the exact evidence bytes (taken from the revision by offset), '
+'Every extracted claim with the exact evidence text (taken from the revision by character '
+'offsets), '
 'anchoring method and score, block, revision, document, run, model, prompt version, '
 'transaction time, the overlapping recall chunks, and why it is retracted (an unanchored '
 'claim or one from an injected response is stored retracted: never a current fact).';

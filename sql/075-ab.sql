@@ -392,7 +392,7 @@ as $$
 /*
 Give the arm's units of P_REVISION_IDS that have no vector for the model the vector of
 another recall key with the same text: a recall chunk (projection A) or a unit of
-another arm with the same revision and span (same bytes, same vector). Returns the
+another arm with the same revision and span (same text, same vector). Returns the
 vectors copied; the rest must be embedded.
 */
 declare

@@ -48,7 +48,8 @@ begin
               and (p.provolatile <> 'v'
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
                                     'recall_summaries', 'recall_summaries_by_vector',
-                                    'embed_query', 'render_for_extraction', 'anchor'))
+                                    'embed_query', 'render_for_extraction', 'anchor',
+                                    'warmup', 'claims_as_of'))
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;

@@ -34,7 +34,11 @@ def load(name: str | None = None):
     """Load (once) and return a SentenceTransformer on the CPU."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bar in the server log
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # if transformers was imported before
 
     _, source = resolve(name)
     with _lock:

@@ -31,7 +31,7 @@ own order: query, chunks, tokens, omitted, memories, truncated)::
 day, ``"FROM..TO"`` inclusive, ``"FROM.."``/``"..TO"`` half-open, null when
 unknown), the fused recall score rounded to 4 decimals, and ``text``: the
 first :data:`SNIPPET_TOKENS` tokens of the chunk with whitespace runs folded
-to one space (a gist, not provenance; the exact bytes are in ``chunks``; the
+to one space (a gist, not provenance; the exact text is in ``chunks``; the
 last memory's gist may be a few tokens shorter, see *Self-consistent count*).
 
 *chunks* - ``{statement id: {chunk_text, revision_id, char_start, char_end}}``

@@ -31,7 +31,7 @@ def test_demo_runs_every_step(db, tmp_path):
     assert "from donto.recall('Where did I move?'" in out
     assert "the only path to a prompt" in out
     assert "offline rule-based baseline extractor" in out
-    assert "returns the same bytes: yes" in out
+    assert "returns the same text: yes" in out
     sha = db.execute("select encode(sha256, 'hex') from donto.revision").fetchone()[0]
     assert sha in out
     chunks, vectors = db.execute("select (select count(*) from donto.x_memory_record), "
