@@ -355,3 +355,18 @@ $$;
 
 comment on function donto.ingest_standing_embeddings(integer, bigint[], text[]) is
 'Store client-computed vectors of standing statements for one model; skips existing ones.';
+
+-- The columns of the standing-memory tables (migration 012) that the generic
+-- names of sql/096-comments.sql do not explain.
+comment on column donto.x_standing.ord is
+'Order of the statement in its projection (0-based, in order of appearance in the revision).';
+comment on column donto.x_standing.kind is
+'instruction, preference or constraint (the statement''s predicate is mem:standing/<kind>).';
+comment on column donto.x_standing.subject_key is
+'What the statement is about (sorted stems); same kind and key: the later one supersedes.';
+comment on column donto.x_standing.turn_seq is
+'The turn (donto.turn.seq of the revision) the statement was said in.';
+comment on column donto.x_standing.detector is
+'What found the statement: rules-v1 (donto_pg.core.standing).';
+comment on column donto.x_standing_vector.embedding is
+'The statement text''s vector under the model (for recall''s standing slots).';
