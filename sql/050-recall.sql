@@ -528,6 +528,13 @@ declare
     v_n double precision;
     v_terms text[];
     v_tqs tsquery[];
+    v_tws double precision[];
+    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
+        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
+        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
+        'told,want}')::text[];
+    v_scaffold_w double precision := donto._recall_setting(
+        'recall_lexical_scaffold_weight', '0.5')::float8;
     v_dfs double precision[];
     v_idfs double precision[];
     v_sel tsquery;
@@ -540,8 +547,10 @@ declare
     r record;
 begin
     perform donto._check_query(p_query, 'donto._recall_lexical', true);
-    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
-    into v_terms, v_tqs
+    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t),
+           pg_catalog.array_agg(case when q.t = any(v_scaffold) then v_scaffold_w else 1 end
+                                order by q.t)
+    into v_terms, v_tqs, v_tws
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
           from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
     ) as q;
@@ -584,16 +593,16 @@ begin
             select pg_catalog.count(*)::float8 as n from chunks
         ),
         terms as (
-            select t.tq, pg_catalog.count(c.statement_id)::float8 as df
-            from pg_catalog.unnest(v_tqs) as t (tq)
+            select t.tq, t.w, pg_catalog.count(c.statement_id)::float8 as df
+            from unnest(v_tqs, v_tws) as t (tq, w)
             left join chunks as c on c.tsv @@ t.tq
-            group by t.tq
+            group by t.tq, t.w
         ),
         scored as (
             select
                 c.statement_id,
                 pg_catalog.sum(
-                    pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
+                    t.w * pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
                     * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
                 )::float8 as score
             from chunks as c
@@ -617,11 +626,12 @@ begin
     -- Budgeted: df estimated from the column statistics.
     select
         pg_catalog.array_agg(e.df order by e.i),
-        pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
+        pg_catalog.array_agg(
+            e.w * pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
     into v_dfs, v_idfs
     from (
-        select t.i, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
-        from pg_catalog.unnest(v_terms) with ordinality as t (t, i)
+        select t.i, t.w, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
+        from unnest(v_terms, v_tws) with ordinality as t (t, w, i)
         left join (
             select
                 x.most_common_elems::text::text[] as elems,
@@ -712,13 +722,31 @@ vector arm by cosine distance, the lexical arm by donto._recall_lexical. The
 vector arm of one context reads that context's vectors alone: through its own
 HNSW index when it has one (more than donto.recall_exact_max() chunks, default
 10,000, see donto.ensure_embedding_index), else by an exact scan of its rows
-(POOL defaults to max(10 k, 100)) when it has at most that many. Otherwise
-(every context, or a large context whose index is not built yet) it uses the
-model's HNSW index over every context. HNSW scans are iterative (filters never
-return fewer than k rows), POOL defaults to max(4 k, 40) and hnsw.ef_search is
-1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
-least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
+when it has at most that many. Otherwise (every context, or a large context
+whose index is not built yet) it uses the model's HNSW index over every
+context. HNSW scans are iterative (filters never return fewer than k rows) and
+hnsw.ef_search is 1.1 POOL times the index's rows per searched chunk, that
+ratio capped at 2 (at least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
 per-context access paths (the layout before migration 011, for comparison).
+
+POOL defaults to a share of the N searched chunks,
+ceil(donto.recall_pool_share x N) (default 0.05) bounded by
+donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
+the HNSW path donto.recall_pool_max_index, default 200, bounds it instead, for
+latency), and never to less than k. It does not depend on k otherwise, so the first k rows
+of a call with a larger k are the rows of the call with k (as long as k is at
+most the pool).
+
+Standing slots (ARMS 'hybrid' only): after the first
+donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
+statements in force (donto.standing: not superseded, as of AS_OF) of the
+revisions projected into the context, most similar to the query vector, at
+most donto.recall_standing_slots (default 2) and only those with cosine
+similarity at least donto.recall_standing_min (default 0.35); they count
+against k. Such a row has the standing statement's id, revision and char span
+(its sentence in the user turn), its text as chunk_text, its valid time, the
+similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
+at least one rank). Standing statements need vectors (donto.embed_standing).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -748,6 +776,22 @@ declare
     v_own_index boolean := false;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
+    v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
+    v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
+    v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
+    v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '200')::integer;
+    v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
+    v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
+    v_chunks integer := 0;
+    v_st_done boolean;
+    v_st_ids bigint[];
+    v_st_revs bigint[];
+    v_st_starts integer[];
+    v_st_ends integer[];
+    v_st_texts text[];
+    v_st_valid daterange[];
+    v_st_sims double precision[];
+    v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
@@ -815,8 +859,11 @@ begin
             'donto.embedding_hnsw_m%s_c%s', v_model, v_ctx)) is not null;
     end if;
     v_exact := not v_own_index and v_n <= v_exact_max;
-    v_pool := coalesce(pool, case when v_exact then greatest(k * 10, 100)
-                                  else greatest(k * 4, 40) end);
+    -- The default pool depends on the context's size, never on k: a larger k
+    -- only reads further down the same ranking (k above the pool widens it).
+    v_pool := coalesce(pool, greatest(k, least(
+        case when v_exact then v_pool_max else v_pool_max_index end,
+        greatest(v_pool_min, pg_catalog.ceil(v_pool_share * v_n)::integer))));
     if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
         -- ef_search: the pool, widened by the share of the index that is outside
@@ -831,6 +878,27 @@ begin
             40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
         ))::integer::text, true);
     end if;
+
+    -- Standing slots: the standing statements in force most similar to the
+    -- query (hybrid arm only; at most donto.recall_standing_slots), placed after
+    -- the first donto.recall_standing_after chunk rows.
+    if arms = 'hybrid' and v_slots > 0 then
+        select
+            pg_catalog.array_agg(x.statement_id order by x.o),
+            pg_catalog.array_agg(x.revision_id order by x.o),
+            pg_catalog.array_agg(x.char_start order by x.o),
+            pg_catalog.array_agg(x.char_end order by x.o),
+            pg_catalog.array_agg(x.statement_text order by x.o),
+            pg_catalog.array_agg(x.valid_time order by x.o),
+            pg_catalog.array_agg(x.similarity order by x.o)
+        into v_st_ids, v_st_revs, v_st_starts, v_st_ends, v_st_texts, v_st_valid, v_st_sims
+        from donto._recall_standing(embedding, v_ctx, as_of, v_model, v_slots, v_min_sim)
+            with ordinality as x (
+                statement_id, revision_id, char_start, char_end, statement_text, valid_time,
+                similarity, o
+            );
+    end if;
+    v_st_done := v_st_ids is null;
 
     for r in execute pg_catalog.format($q$
         with vec as (
@@ -973,12 +1041,35 @@ begin
         continue when v_clash;
         v_kept := v_kept || v_span;
         v_kept_rev := v_kept_rev || r.derived_from_revision;
+        if not v_st_done and v_chunks >= v_after then
+            v_st_done := true;
+            for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+                v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                             v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+                return next v_hit;
+                v_rows := v_rows + 1;
+                if v_rows >= k then
+                    return;
+                end if;
+            end loop;
+        end if;
         v_hit := row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
                      r.chunk_text, r.valid_time, r.score, r.vr, r.lr);
         return next v_hit;
         v_rows := v_rows + 1;
+        v_chunks := v_chunks + 1;
         exit when v_rows >= k;
     end loop;
+    -- Fewer chunk rows than donto.recall_standing_after: the standing rows follow them.
+    if not v_st_done then
+        for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+            exit when v_rows >= k;
+            v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                         v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+            return next v_hit;
+            v_rows := v_rows + 1;
+        end loop;
+    end if;
 end;
 $$;
 

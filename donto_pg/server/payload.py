@@ -28,8 +28,13 @@ _MODEL_SQL = (
 _RECALL_SQL = (
     "select r.statement_id, r.revision_id, r.char_start, r.char_end, r.chunk_text, r.score, "
     "pg_catalog.to_char(pg_catalog.lower(r.valid_time), 'YYYY-MM-DD') as valid_from, "
-    "pg_catalog.to_char(pg_catalog.upper(r.valid_time) - 1, 'YYYY-MM-DD') as valid_to "
-    "from donto.recall(query => $1, k => $2, context => $3, as_of => $4, model => $5) as r"
+    "pg_catalog.to_char(pg_catalog.upper(r.valid_time) - 1, 'YYYY-MM-DD') as valid_to, "
+    "x.kind "
+    "from donto.recall(query => $1, k => $2, context => $3, as_of => $4, model => $5) "
+    "with ordinality as r "
+    "left join donto.x_standing as x "
+    "on x.statement_id = r.statement_id and r.vector_rank is null and r.lexical_rank is null "
+    "order by r.ordinality"
 )
 
 
@@ -58,7 +63,8 @@ def recall_payload_sql(plpy: Any, query: str, max_tokens: int, k: int,
             Hit(statement_id=r["statement_id"], revision_id=r["revision_id"],
                 char_start=r["char_start"], char_end=r["char_end"],
                 chunk_text=r["chunk_text"] or "", score=r["score"],
-                valid_from=r["valid_from"] or None, valid_to=r["valid_to"] or None)
+                valid_from=r["valid_from"] or None, valid_to=r["valid_to"] or None,
+                kind=r.get("kind"))
             for r in rows
         ]
         payload = build_payload(query, hits, max_tokens, chunk_tokens,
