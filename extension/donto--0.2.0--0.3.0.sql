@@ -2,6 +2,83 @@
 
 \echo Use "ALTER EXTENSION donto UPDATE" to load this file. \quit
 
+select pg_catalog.set_config('donto._allow_ddl_was', coalesce(pg_catalog.current_setting('donto.allow_ddl', true), ''), true);
+select pg_catalog.set_config('donto.allow_ddl', 'on', true);
+
+-- migrations/011-recall-layout.sql
+-- 011: the vectors of recall chunks carry their context (donto.embedding.context_id),
+-- stored clustered by (model, context), so that recall's vector arm reads only the
+-- searched context: an exact scan of the context's rows (index embedding_context_idx)
+-- for small contexts, a partial HNSW index of its own for large ones (created by
+-- donto.ensure_embedding_index, see sql/050-recall.sql). The per-model HNSW index
+-- stays for recall over every context. Existing vectors move over unchanged.
+
+create table donto.embedding_011 (
+    statement_id bigint not null,
+    model_id integer not null,
+    context_id bigint not null,
+    embedding vector not null,
+    created_at timestamptz not null default now()
+);
+
+insert into donto.embedding_011 (statement_id, model_id, context_id, embedding, created_at)
+select
+    e.statement_id,
+    e.model_id,
+    s.context_id,
+    e.embedding,
+    e.created_at
+from donto.embedding as e
+inner join donto.statement as s on e.statement_id = s.statement_id
+order by e.model_id, s.context_id, e.statement_id;
+
+drop table donto.embedding;
+alter table donto.embedding_011 rename to embedding;
+
+alter table donto.embedding
+add constraint embedding_pkey primary key (statement_id, model_id),
+add constraint embedding_statement_id_fkey
+foreign key (statement_id) references donto.statement,
+add constraint embedding_model_id_fkey
+foreign key (model_id) references donto.embedding_model,
+add constraint embedding_context_id_fkey
+foreign key (context_id) references donto.context;
+
+create index embedding_context_idx on donto.embedding (model_id, context_id);
+
+-- The per-model HNSW indexes of donto.ensure_embedding_index, rebuilt for the
+-- models that have vectors (names and definitions as before).
+do $$
+declare
+    v_models integer[];
+    v_dims integer[];
+begin
+    -- The models first: no scan of donto.embedding may be open during CREATE INDEX.
+    select
+        pg_catalog.array_agg(m.model_id order by m.model_id),
+        pg_catalog.array_agg(m.dimension order by m.model_id)
+    into v_models, v_dims
+    from donto.embedding_model as m
+    where exists (select 1 from donto.embedding as e where e.model_id = m.model_id);
+    for i in 1 .. coalesce(pg_catalog.cardinality(v_models), 0) loop
+        execute pg_catalog.format(
+            'create index %I on donto.embedding using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
+            'embedding_hnsw_m' || v_models[i], v_dims[i], v_models[i]);
+    end loop;
+end;
+$$;
+
+comment on table donto.embedding is
+'Vectors of recall chunks per embedding model, with the chunk''s context (filled from the '
+'statement on insert), clustered by model and context (inserting a vector never updates a '
+'statement).';
+comment on index donto.embedding_context_idx is
+'The vectors of one context: recall''s exact scan of a small context.';
+
+
+insert into donto.migration (name, sha256) values ('011-recall-layout.sql', '19522c215ee3862f9558f4abcc933c0557bea3de5449ecb37bdfad8790337668');
+
 -- migrations/012-standing.sql
 -- 012: standing memory. A projection of a revision into standing statements
 -- (instructions, preferences, constraints of the user), each a statement
@@ -100,9 +177,100 @@ drop function if exists donto._ab_fixed_blocks(bigint, integer);
 
 insert into donto.migration (name, sha256) values ('013-row-types.sql', 'd5d620dd9262906b8c0b998dd5fc44047eacc8857e8fdb074b7b358845ea3326');
 
+-- migrations/014-append.sql
+-- 014: conversations that grow. A revision that extends an earlier one (its
+-- body starts with the earlier body) is recorded as such; its recall
+-- projection grows the earlier revision's projection instead of starting
+-- afresh (only the last old window is superseded); vectors are cached by
+-- content so that identical text is never embedded twice.
+
+create table donto.revision_extension (
+    revision_id bigint primary key references donto.revision,
+    extends_revision_id bigint not null references donto.revision,
+    prefix_chars integer not null check (prefix_chars > 0),
+    created_at timestamptz not null default now(),
+    check (revision_id <> extends_revision_id)
+);
+
+create index revision_extension_extends_idx on donto.revision_extension (extends_revision_id);
+
+create table donto.projection_extension (
+    projection_id bigint not null references donto.projection,
+    revision_id bigint not null references donto.revision,
+    extends_revision_id bigint not null references donto.revision,
+    from_char integer not null check (from_char >= 0),
+    first_chunk_index integer not null check (first_chunk_index >= 0),
+    reused_chunks integer not null check (reused_chunks >= 0),
+    new_chunks integer not null check (new_chunks >= 0),
+    superseded_statement_id bigint references donto.statement,
+    created_at timestamptz not null default now(),
+    primary key (projection_id, revision_id)
+);
+
+create index projection_extension_revision_idx on donto.projection_extension (revision_id);
+create index projection_extension_superseded_idx
+on donto.projection_extension (superseded_statement_id);
+
+-- The chunk holding a position, within a projection whatever revision it was
+-- cut from (recall's exchange folding, donto.revision_chunks).
+create index x_memory_record_projection_span_idx
+on donto.x_memory_record (projection_id, char_start);
+
+create table donto.embedding_cache (
+    model_id integer not null references donto.embedding_model,
+    sha256 bytea not null check (length(sha256) = 32),
+    embedding vector not null,
+    created_at timestamptz not null default now(),
+    primary key (model_id, sha256)
+);
+
+-- Vectors already stored become the cache's first entries (recall chunks:
+-- their text; A/B units: the text of their span, as the A/B driver embeds it).
+with keyed as (
+    select
+        e.model_id,
+        e.statement_id,
+        e.embedding,
+        pg_catalog.sha256(pg_catalog.convert_to(
+            case
+                when s.predicate = 'mem:episodic/chunk' then s.object_lit ->> 'v'
+                else substring(r.body from s.char_start + 1 for s.char_end - s.char_start)
+            end, 'UTF8'
+        )) as sha
+    from donto.embedding as e
+    inner join donto.statement as s on e.statement_id = s.statement_id
+    inner join donto.revision as r on s.derived_from_revision = r.revision_id
+    where s.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
+)
+
+insert into donto.embedding_cache (model_id, sha256, embedding)
+select distinct on (k.model_id, k.sha)
+    k.model_id,
+    k.sha,
+    k.embedding
+from keyed as k
+order by k.model_id asc, k.sha asc, k.statement_id asc
+on conflict do nothing;
+
+comment on table donto.revision_extension is
+'A revision whose body starts with the body of the revision it extends (donto.append_turns): '
+'the link, and the length of the shared prefix.';
+comment on table donto.projection_extension is
+'A recall projection grown to a later revision that extends its revision: which chunks it '
+'kept (reused_chunks), where the new ones start (first_chunk_index) and the chunk statement '
+'the new text superseded (retracted). Its chunks for the revision: the earlier revision''s '
+'chunks that start before from_char, and the chunks recorded for the revision itself.';
+comment on table donto.embedding_cache is
+'Vectors keyed by content: (model, SHA-256 of the embedded text). The embed step looks here '
+'before encoding, so identical text is embedded once across revisions, projections and arms.';
+
+
+insert into donto.migration (name, sha256) values ('014-append.sql', '2dc4fe3cef273d3bfb75364643c4f382ef7bd43b8d9ed5657d2d621341ce1cbc');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
--- remove a fact, for any role, the owner included. Every table of schema
+-- remove a fact, for any role, the owner included, also with session_replication_role =
+-- replica (the triggers are ENABLE ALWAYS). Every table of schema
 -- donto is a fact table except donto.setting (configuration).
 -- A retraction is a new row (donto.retract); "current" and "as of" are
 -- views and functions over the history.
@@ -142,6 +310,9 @@ begin
         execute format(
             'create trigger i3_refuse before update or delete or truncate on %s '
             'for each statement execute function donto._refuse_mutation()', v_table);
+        -- ALWAYS: also under session_replication_role = replica (which skips ordinary
+        -- triggers), so not even the owner with that setting can change a fact.
+        execute format('alter table %s enable always trigger i3_refuse', v_table);
     end loop;
 end;
 $$;
@@ -216,6 +387,30 @@ comment on function donto.register_revision(text, text, jsonb) is
 'Register a body as an immutable, content-addressed (SHA-256) revision of a document; '
 'idempotent: the same body returns the same revision id.';
 
+create or replace function donto._turn_rows(p_turns jsonb)
+returns table (
+    seq integer, turn_id integer, role text, session integer, exchange integer,
+    time_anchor date, header_start integer, char_start integer, char_end integer, meta jsonb
+)
+language sql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* The rows of a JSON turn table (see donto.record_turns), one per array element. */
+    select x.seq, x.turn_id, x.role, x.session, x.exchange, x.date, x.header_start,
+           x.char_start, x.char_end, coalesce(x.meta, '{}')
+    from pg_catalog.jsonb_to_recordset(p_turns) as x (
+        seq integer, turn_id integer, role text, session integer, exchange integer,
+        date date, header_start integer, char_start integer, char_end integer, meta jsonb
+    );
+$$;
+
+comment on function donto._turn_rows(jsonb) is
+'The rows of a JSON turn table {seq, turn_id, role, session, exchange, date, header_start, '
+'char_start, char_end, meta} (donto.record_turns reads its argument through it).';
+
 create or replace function donto.record_turns(p_revision_id bigint, p_turns jsonb)
 returns integer
 language plpgsql
@@ -244,19 +439,9 @@ begin
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2057, p_revision_id::integer);
 
-    create temp table if not exists _donto_turns (
-        seq integer, turn_id integer, role text, session integer, exchange integer,
-        time_anchor date, header_start integer, char_start integer, char_end integer, meta jsonb
-    ) on commit drop;
-    truncate _donto_turns;
-    insert into _donto_turns
-    select x.seq, x.turn_id, x.role, x.session, x.exchange, x.date, x.header_start,
-           x.char_start, x.char_end, coalesce(x.meta, '{}')
-    from pg_catalog.jsonb_to_recordset(p_turns) as x (
-        seq integer, turn_id integer, role text, session integer, exchange integer,
-        date date, header_start integer, char_start integer, char_end integer, meta jsonb
-    );
-    get diagnostics v_n = row_count;
+    -- The rows are read from the argument each time (donto._turn_rows), never staged in
+    -- a temp table: a definer must touch nothing a caller can create or shadow.
+    v_n := pg_catalog.jsonb_array_length(p_turns);
 
     select pg_catalog.format('turn seq %s: %s', t.seq, t.problem) into v_bad
     from (
@@ -282,7 +467,7 @@ begin
                 t.*,
                 (pg_catalog.row_number() over (order by t.seq) - 1)::integer as rn,
                 pg_catalog.lag(t.char_end) over (order by t.seq) as prev_end
-            from _donto_turns as t
+            from donto._turn_rows(p_turns) as t
         ) as s
     ) as t
     where t.problem is not null
@@ -298,7 +483,7 @@ begin
         if v_have = v_n and not exists (
             select t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
                    t.header_start, t.char_start, t.char_end
-            from _donto_turns as t
+            from donto._turn_rows(p_turns) as t
             except
             select t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
                    t.header_start, t.char_start, t.char_end
@@ -314,7 +499,7 @@ begin
                             header_start, char_start, char_end, meta)
     select p_revision_id, t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
            t.header_start, t.char_start, t.char_end, t.meta
-    from _donto_turns as t;
+    from donto._turn_rows(p_turns) as t;
     return v_n;
 end;
 $$;
@@ -693,6 +878,9 @@ LEXICAL (default true) also builds the chunks' full-text vectors
 (donto.index_lexical); with false that is left for a later call, as the
 embeddings are.
 Idempotent: a second call with the same arguments returns the existing count.
+A revision that extends (donto.extend_revision) one projected with the same
+window and context grows that projection instead (donto._extend_recall): the
+unchanged windows are kept with their vectors, only the new text is cut.
 */
 declare
     v_doc bigint;
@@ -721,7 +909,37 @@ begin
     if found then
         select pg_catalog.count(*)::integer into v_n
         from donto.x_memory_record as m where m.projection_id = v_proj;
-    else
+    end if;
+    if v_proj is null then
+        -- Grown to this revision already (it extends a projected one)?
+        select pe.reused_chunks + pe.new_chunks into v_n
+        from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where pe.revision_id = rev_id and p.kind = 'recall' and p.strategy = 'fixed-window'
+              and p.params = v_params and p.context_id = v_ctx;
+        if found then
+            v_proj := -1;
+        end if;
+    end if;
+    if v_proj is null then
+        -- A revision that extends one projected here: grow that projection.
+        select p.projection_id into v_proj
+        from donto.revision_extension as x
+        inner join donto.projection as p
+            on p.kind = 'recall' and p.strategy = 'fixed-window' and p.params = v_params
+               and p.context_id = v_ctx
+        where x.revision_id = rev_id
+              and (p.revision_id = x.extends_revision_id
+                   or exists (select 1 from donto.projection_extension as pe
+                              where pe.projection_id = p.projection_id
+                                    and pe.revision_id = x.extends_revision_id))
+        order by p.projection_id
+        limit 1;
+        if found then
+            v_n := donto._extend_recall(v_proj, rev_id);
+        end if;
+    end if;
+    if v_proj is null then
         insert into donto.projection (revision_id, kind, strategy, params, context_id)
         values (rev_id, 'recall', 'fixed-window', v_params, v_ctx)
         returning projection_id into v_proj;
@@ -786,45 +1004,58 @@ declare
     v_n integer;
 begin
     perform pg_catalog.pg_advisory_xact_lock(2059, rev_id::integer);
-    create temp table _donto_lexical on commit drop as
-    select m.statement_id, m.projection_id, m.char_start, m.char_end,
-           s.object_lit ->> 'v' as chunk_text
-    from donto.x_memory_record as m
-    inner join donto.statement as s on m.statement_id = s.statement_id
-    where m.revision_id = rev_id
-          and not exists (select 1 from donto.x_memory_lexical as l
-                          where l.statement_id = m.statement_id);
-    -- The user's own words in each chunk: the content of user turns, cut to the chunk.
-    create index _donto_lexical_span on _donto_lexical
-    using gist (pg_catalog.int4range(char_start, char_end));
-    analyze _donto_lexical;
-    create temp table _donto_user_text on commit drop as
-    select
-        c.statement_id,
-        pg_catalog.string_agg(
-            pg_catalog.substr(
-                c.chunk_text,
-                greatest(t.char_start, c.char_start) - c.char_start + 1,
-                least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
-            ' ' order by t.seq
-        ) as user_text
-    from donto.turn as t
-    inner join _donto_lexical as c
-        on pg_catalog.int4range(c.char_start, c.char_end)
-        && pg_catalog.int4range(t.char_start, t.char_end)
-    where t.revision_id = rev_id and t.role = 'user'
-    group by c.statement_id;
+    -- One statement, no temp table (a definer touches nothing a caller can shadow). The
+    -- user turns overlapping a chunk [cs, ce) are the last turn whose header starts before
+    -- cs (turn spans are ordered and disjoint) and the turns whose headers start in
+    -- [cs, ce): two probes of donto.turn_revision_header_idx per chunk.
+    with c as materialized (
+        select m.statement_id, m.projection_id, m.char_start, m.char_end,
+               s.object_lit ->> 'v' as chunk_text
+        from donto.x_memory_record as m
+        inner join donto.statement as s on m.statement_id = s.statement_id
+        where m.revision_id = rev_id
+              and not exists (select 1 from donto.x_memory_lexical as l
+                              where l.statement_id = m.statement_id)
+    ),
+
+    u as (
+        -- The user's own words in each chunk: the content of user turns, cut to the chunk.
+        select
+            c.statement_id,
+            pg_catalog.string_agg(
+                pg_catalog.substr(
+                    c.chunk_text,
+                    greatest(t.char_start, c.char_start) - c.char_start + 1,
+                    least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
+                ' ' order by t.seq
+            ) as user_text
+        from c
+        cross join lateral (
+            (select t0.seq, t0.role, t0.char_start, t0.char_end
+             from donto.turn as t0
+             where t0.revision_id = rev_id and t0.header_start < c.char_start
+             order by t0.header_start desc, t0.seq desc
+             limit 1)
+            union all
+            (select t1.seq, t1.role, t1.char_start, t1.char_end
+             from donto.turn as t1
+             where t1.revision_id = rev_id and t1.header_start >= c.char_start
+                   and t1.header_start < c.char_end)
+        ) as t
+        where t.role = 'user' and t.char_start < t.char_end
+              and t.char_start < c.char_end and t.char_end > c.char_start
+        group by c.statement_id
+    )
+
     insert into donto.x_memory_lexical (statement_id, projection_id, tsv)
     select c.statement_id, c.projection_id,
            pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', c.chunk_text), 'D')
            || pg_catalog.setweight(
                pg_catalog.to_tsvector('pg_catalog.english', coalesce(u.user_text, '')), 'A')
-    from _donto_lexical as c
-    left join _donto_user_text as u on c.statement_id = u.statement_id
+    from c
+    left join u on c.statement_id = u.statement_id
     order by c.statement_id;
     get diagnostics v_n = row_count;
-    drop table _donto_user_text;
-    drop table _donto_lexical;
     return v_n;
 end;
 $$;
@@ -863,6 +1094,85 @@ $$;
 comment on function donto.ensure_embedding_model(text, text, integer) is
 'Register an embedding model with its dimension (once); returns its id.';
 
+create or replace function donto._embedding_context()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Trigger body (before insert on donto.embedding): a vector's context is its
+statement's context, whatever the inserter wrote, so that recall can search one
+context's vectors alone (donto.recall_by_vector).
+*/
+begin
+    select s.context_id into new.context_id
+    from donto.statement as s where s.statement_id = new.statement_id;
+    return new;
+end;
+$$;
+
+comment on function donto._embedding_context() is
+'Trigger function: donto.embedding.context_id is the context of the vector''s statement.';
+
+drop trigger if exists embedding_context on donto.embedding;
+create trigger embedding_context before insert on donto.embedding
+for each row execute function donto._embedding_context();
+
+create or replace function donto.ensure_context_indexes(p_model_id integer)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Create the missing HNSW cosine indexes of one model for the contexts holding
+more than donto.recall_exact_max() of its vectors: one partial index per context
+(embedding_hnsw_m<model>_c<context>), so that recall in that context reads that
+index alone, whatever else is stored; smaller contexts are scanned exactly.
+Returns how many indexes were created (a second call creates none). Index names
+and bounds are built from the model's and contexts' id numbers only.
+*/
+declare
+    v_dim integer;
+    v_min bigint := donto.recall_exact_max();
+    v_name text;
+    v_n integer := 0;
+    v_ctxs bigint[];
+    v_ctx bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2063, p_model_id);
+    -- The contexts first (no scan of donto.embedding may be open during CREATE INDEX).
+    select pg_catalog.array_agg(x.context_id order by x.context_id) into v_ctxs
+    from (
+        select e.context_id from donto.embedding as e
+        where e.model_id = p_model_id
+        group by e.context_id
+        having pg_catalog.count(*) > v_min
+    ) as x;
+    foreach v_ctx in array coalesce(v_ctxs, '{}') loop
+        v_name := pg_catalog.format('embedding_hnsw_m%s_c%s', p_model_id, v_ctx);
+        continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
+        execute pg_catalog.format(
+            'create index %I on donto.embedding using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s and context_id = %s',
+            v_name, v_dim, p_model_id, v_ctx);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ensure_context_indexes(integer) is
+'Create the HNSW (cosine) index of each context above donto.recall_exact_max() vectors of '
+'one model, if missing; returns how many were created.';
+
 create or replace function donto.ensure_embedding_index(p_model_id integer)
 returns text
 language plpgsql
@@ -870,7 +1180,11 @@ volatile
 security definer
 set search_path to pg_catalog, public, pg_temp
 as $$
-/* Create (if missing) the partial HNSW cosine index of one model; return its name. */
+/*
+Create (if missing) the partial HNSW cosine index of one model over
+donto.embedding (embedding_hnsw_m<model>, recall over every context) and the
+per-context ones (donto.ensure_context_indexes); return the per-model index's name.
+*/
 declare
     v_dim integer;
     v_name text := 'embedding_hnsw_m' || p_model_id;
@@ -883,12 +1197,14 @@ begin
         'create index if not exists %I on donto.embedding using hnsw '
         '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
         v_name, v_dim, p_model_id);
+    perform donto.ensure_context_indexes(p_model_id);
     return v_name;
 end;
 $$;
 
 comment on function donto.ensure_embedding_index(integer) is
-'Create the HNSW (cosine) index of one embedding model over donto.embedding, if missing.';
+'Create the HNSW (cosine) indexes of one embedding model over donto.embedding, if missing: '
+'one over every context and one per large context (donto.ensure_context_indexes).';
 
 create or replace function donto.embedding_model_id(model text default null)
 returns integer
@@ -932,6 +1248,36 @@ $py$;
 comment on function donto.embed_query(text, text) is
 'Embed a text inside the database with a sentence-transformers model (cached per backend).';
 
+create or replace function donto._check_query(
+    p_query text, p_function text, p_blank_ok boolean default false
+)
+returns void
+language plpgsql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (22023) a recall query that is null, empty or only blanks (spaces, tabs,
+newlines: unless P_BLANK_OK), or longer than 10,000 characters (a question, not a
+document: the embedder reads its first few hundred tokens, and every function a
+reader may call does bounded work). P_FUNCTION names the caller in the message.
+*/
+begin
+    if not p_blank_ok and (p_query is null or p_query ~ '^[[:space:]]*$') then
+        raise exception '%: query is empty', p_function using errcode = '22023';
+    end if;
+    if pg_catalog.char_length(p_query) > 10000 then
+        raise exception '%: the query has % characters, more than 10,000', p_function,
+            pg_catalog.char_length(p_query) using errcode = '22023';
+    end if;
+end;
+$$;
+
+comment on function donto._check_query(text, text, boolean) is
+'Refuse (22023) an empty or blank-only recall query, or one over 10,000 characters.';
+
 create or replace function donto._recall_setting(p_name text, p_default text)
 returns text
 language sql
@@ -947,6 +1293,25 @@ $$;
 
 comment on function donto._recall_setting(text, text) is
 'A recall tuning setting (custom GUC donto.<name>) or its default.';
+
+create or replace function donto.recall_exact_max()
+returns bigint
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The largest context (in chunks) that recall's vector arm scans exactly (setting
+donto.recall_exact_max, default 10,000); a context with more vectors gets an
+HNSW index of its own (donto.ensure_embedding_index).
+*/
+    select donto._recall_setting('recall_exact_max', '10000')::bigint;
+$$;
+
+comment on function donto.recall_exact_max() is
+'Contexts of at most this many chunks are searched exactly (setting donto.recall_exact_max, '
+'default 10,000); larger ones get their own HNSW index.';
 
 create or replace function donto._recall_lexical(
     p_query text, p_context_id bigint, p_as_of timestamptz, p_pool integer
@@ -978,7 +1343,8 @@ x_memory_lexical.tsv, scaled to the context; without statistics every lexeme
 counts as rare), and the candidates are at most donto.recall_lexical_budget
 (default 1,000) chunks holding one of the most selective lexemes, rarest first
 while their estimated df add up to the budget (all lexemes if that yields fewer
-than P_POOL chunks). df and N count retracted chunks too.
+than P_POOL chunks). df and N count retracted chunks too, except (exact) chunks
+superseded when their conversation grew and chunks recorded after P_AS_OF.
 */
 #variable_conflict use_column
 declare
@@ -1008,6 +1374,7 @@ declare
     v_scores double precision[];
     r record;
 begin
+    perform donto._check_query(p_query, 'donto._recall_lexical', true);
     select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t),
            pg_catalog.array_agg(case when q.t = any(v_scaffold) then v_scaffold_w else 1 end
                                 order by q.t)
@@ -1034,10 +1401,24 @@ begin
     if v_n <= v_exact_max then
         -- Exact: read the context's chunks once (by projection, not through the
         -- full-text index, whose posting lists span every context).
+        -- The chunks known at P_AS_OF, less those a longer version of their
+        -- conversation superseded (donto._extend_recall): N and df are those of the
+        -- revision recall answers from.
         return query
         with chunks as materialized (
             select l.statement_id, l.tsv from donto.x_memory_lexical as l
             where l.projection_id = any(v_projs)
+                  and not exists (
+                      select 1 from donto.projection_extension as pe
+                      where pe.superseded_statement_id = l.statement_id
+                            and (p_as_of is null or pe.created_at <= p_as_of))
+                  and (p_as_of is null
+                       or exists (select 1 from donto.statement as s0
+                                  where s0.statement_id = l.statement_id
+                                        and s0.tx_from <= p_as_of))
+        ),
+        n as (
+            select pg_catalog.count(*)::float8 as n from chunks
         ),
         terms as (
             select t.tq, t.w, pg_catalog.count(c.statement_id)::float8 as df
@@ -1049,11 +1430,12 @@ begin
             select
                 c.statement_id,
                 pg_catalog.sum(
-                    t.w * pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5))
+                    t.w * pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
                     * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
                 )::float8 as score
             from chunks as c
             inner join terms as t on c.tsv @@ t.tq
+            cross join n
             group by c.statement_id
         )
         select sc.statement_id, sc.score
@@ -1164,12 +1546,18 @@ as $$
 Top-K recall chunks for a query vector (and its text, for the lexical arm).
 
 ARMS: 'vector', 'lexical' or 'hybrid'. Each arm ranks POOL candidates: the
-vector arm by cosine distance, the lexical arm by donto._recall_lexical. When
-the searched chunks are at most donto.recall_exact_max (default 50,000) the
-vector arm scans them exactly; above that it uses the HNSW index with
-iterative scans (filters never return fewer than k rows); hnsw.ef_search is
-1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
-least 40, at most 1,000). POOL defaults to a share of the N searched chunks,
+vector arm by cosine distance, the lexical arm by donto._recall_lexical. The
+vector arm of one context reads that context's vectors alone: through its own
+HNSW index when it has one (more than donto.recall_exact_max() chunks, default
+10,000, see donto.ensure_embedding_index), else by an exact scan of its rows
+when it has at most that many. Otherwise (every context, or a large context
+whose index is not built yet) it uses the model's HNSW index over every
+context. HNSW scans are iterative (filters never return fewer than k rows) and
+hnsw.ef_search is 1.1 POOL times the index's rows per searched chunk, that
+ratio capped at 2 (at least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
+per-context access paths (the layout before migration 011, for comparison).
+
+POOL defaults to a share of the N searched chunks,
 ceil(donto.recall_pool_share x N) (default 0.05) bounded by
 donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
 the HNSW path donto.recall_pool_max_index, default 200, bounds it instead, for
@@ -1211,7 +1599,9 @@ declare
     v_ctx bigint;
     v_pool integer;
     v_exact boolean := true;
-    v_exact_max bigint := donto._recall_setting('recall_exact_max', '50000')::bigint;
+    v_exact_max bigint := donto.recall_exact_max();
+    v_layout text := donto._recall_setting('recall_layout', 'context');
+    v_own_index boolean := false;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
     v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
@@ -1240,6 +1630,7 @@ declare
     v_hit donto.recall_hit;
     r record;
 begin
+    perform donto._check_query(query, 'donto.recall_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
@@ -1249,6 +1640,10 @@ begin
     if arms is null or arms not in ('vector', 'lexical', 'hybrid') then
         raise exception 'donto.recall: arms must be vector, lexical or hybrid, not %', arms
             using errcode = '22023';
+    end if;
+    if v_layout not in ('context', 'model') then
+        raise exception 'donto.recall: setting donto.recall_layout must be context or model, not %',
+            v_layout using errcode = '22023';
     end if;
     if v_unit not in ('exchange', 'chunk') then
         raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
@@ -1282,7 +1677,16 @@ begin
         from donto.x_memory_record as m where m.projection_id = p.projection_id
     ) as x
     where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
-    v_exact := v_n <= v_exact_max;
+    -- A context with an HNSW index of its own (donto.ensure_embedding_index) is
+    -- searched through it; else up to recall_exact_max chunks exactly, above
+    -- that through the model's index over every context. Setting
+    -- donto.recall_layout = 'model' ignores the context's own vectors (the
+    -- layout before migration 011, for comparison).
+    if arms <> 'lexical' and v_ctx is not null and v_layout = 'context' then
+        v_own_index := pg_catalog.to_regclass(pg_catalog.format(
+            'donto.embedding_hnsw_m%s_c%s', v_model, v_ctx)) is not null;
+    end if;
+    v_exact := not v_own_index and v_n <= v_exact_max;
     -- The default pool depends on the context's size, never on k: a larger k
     -- only reads further down the same ranking (k above the pool widens it).
     v_pool := coalesce(pool, greatest(k, least(
@@ -1295,6 +1699,9 @@ begin
         -- yields the pool on a large context; iterative scans do the rest.
         select greatest(1, c.reltuples)::float8 into v_total
         from pg_catalog.pg_class as c where c.oid = 'donto.embedding'::regclass;
+        if v_own_index then
+            v_total := v_n;
+        end if;
         perform pg_catalog.set_config('hnsw.ef_search', least(1000, greatest(
             40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
         ))::integer::text, true);
@@ -1328,7 +1735,7 @@ begin
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
                 inner join donto.statement as s on e.statement_id = s.statement_id
-                where $5 and e.model_id = %3$s
+                where $5 and e.model_id = %3$s %4$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
@@ -1368,10 +1775,21 @@ begin
                 limit 1
             ) as ut on true
             left join lateral (
+                -- The chunk holding the user turn, in the same projection (whatever
+                -- revision it was cut from, when the conversation grew): known at
+                -- $3 and not superseded by then.
                 select hm.statement_id from donto.x_memory_record as hm
-                where hm.revision_id = m.revision_id and hm.projection_id = m.projection_id
+                where hm.projection_id = m.projection_id
                       and hm.char_start <= ut.header_start
-                order by hm.char_start desc
+                      and ($3::timestamptz is null
+                           or exists (select 1 from donto.statement as hs1
+                                      where hs1.statement_id = hm.statement_id
+                                            and hs1.tx_from <= $3))
+                      and not exists (
+                          select 1 from donto.projection_extension as pe
+                          where pe.superseded_statement_id = hm.statement_id
+                                and ($3::timestamptz is null or pe.created_at <= $3))
+                order by hm.char_start desc, hm.statement_id desc
                 limit 1
             ) as hm on true
             left join lateral (
@@ -1432,7 +1850,10 @@ begin
         coalesce(v_dim, 1),
         -- "+ 0" hides the expression from the HNSW index: an exact scan.
         case when v_exact then '+ 0' else '' end,
-        coalesce(v_model, 0))
+        coalesce(v_model, 0),
+        -- The context's own vectors (its index, or embedding_context_idx).
+        case when v_ctx is not null and v_layout = 'context'
+             then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
     using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
           arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k
     loop
@@ -1510,9 +1931,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
-    if query is null or btrim(query) = '' then
-        raise exception 'donto.recall: query is empty' using errcode = '22023';
-    end if;
+    perform donto._check_query(query, 'donto.recall');
     if arms <> 'lexical' then
         select m.name into v_model from donto.embedding_model as m
         where m.model_id = donto.embedding_model_id(model);
@@ -1527,18 +1946,75 @@ comment on function donto.recall(text, integer, text, timestamptz, text, text, i
 'Recall from psql: top-K chunks for a text query (hybrid vector + lexical, fused), '
 'with statement id, revision, char span, text, valid time, score and each arm''s rank.';
 
+create or replace function donto._check_embeddings()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Statement trigger on donto.embedding (AFTER INSERT, transition table new_rows): every
+vector added belongs to a recall key (a recall chunk, an A/B unit or a session summary)
+and has its model's dimension. donto_writer may INSERT into donto.embedding (the
+binary-COPY path of donto.ingest_embeddings), so the check lives on the table.
+A superuser restoring a dump (pg_dump scripts set check_function_bodies = off) is not
+checked: pg_dump orders an extension's table data by foreign keys only, so vectors may
+arrive before the recall keys they belong to.
+*/
+declare
+    v_bad bigint;
+begin
+    if pg_catalog.current_setting('is_superuser') = 'on'
+       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+        return null;
+    end if;
+    select n.statement_id into v_bad
+    from new_rows as n
+    inner join donto.embedding_model as m on n.model_id = m.model_id
+    where vector_dims(n.embedding) <> m.dimension
+          or not (exists (select 1 from donto.x_memory_record as r
+                          where r.statement_id = n.statement_id)
+                  or exists (select 1 from donto.ab_unit as u
+                             where u.statement_id = n.statement_id)
+                  or exists (select 1 from donto.x_session_summary as y
+                             where y.statement_id = n.statement_id))
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.embedding: statement % is not a recall key (chunk, A/B unit or '
+            'session summary) or its vector does not have its model''s dimension', v_bad
+            using errcode = '22023';
+    end if;
+    return null;
+end;
+$$;
+
+comment on function donto._check_embeddings() is
+'Trigger function: every vector inserted into donto.embedding belongs to a recall key and '
+'has its model''s dimension (SQLSTATE 22023 otherwise).';
+
+create or replace trigger embedding_check
+after insert on donto.embedding
+referencing new table as new_rows
+for each statement execute function donto._check_embeddings();
+
+alter table donto.embedding enable always trigger embedding_check;
+
 create or replace function donto.ingest_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move the vectors the caller staged (binary COPY into its temp table
+Move the vectors the caller staged (binary COPY into its own temp table
 _donto_embedding_stage(statement_id, embedding)) into donto.embedding for one
 model. Vectors that already exist are skipped (resumable); a wrong dimension or
 a statement that is not a recall chunk is refused. Returns the rows added.
+SECURITY INVOKER: it reads the caller's own temp table with the caller's rights
+(donto_writer may INSERT into donto.embedding, checked by donto._check_embeddings);
+a definer must never read what a caller can create.
 */
 declare
     v_dim integer;
@@ -1569,7 +2045,8 @@ end;
 $$;
 
 comment on function donto.ingest_embeddings(integer) is
-'Move staged vectors (temp table _donto_embedding_stage) into donto.embedding; skips existing.';
+'Move the caller''s staged vectors (its temp table _donto_embedding_stage) into '
+'donto.embedding; skips existing. Security invoker.';
 
 
 -- sql/060-questions.sql
@@ -1888,12 +2365,14 @@ sessions as hard boundaries, a size cap of PARAMS.cap chars, 4,000 by default)
 and store them in donto.extraction_block under a projection of kind
 'extraction' whose context is ctx:claims/<document>. Returns the number of
 blocks. Idempotent per (revision, effective params); projection A is never
-touched.
+touched. A revision that extends one projected with the same params
+(donto.extend_revision) is segmented again only from its last session.
 */
 declare
     v_iri text;
     v_ctx bigint;
     v_proj bigint;
+    v_base bigint;
     v_params jsonb;
     v_n integer;
 begin
@@ -1919,6 +2398,18 @@ begin
     insert into donto.projection (revision_id, kind, strategy, params, context_id)
     values (rev_id, 'extraction', 'turn-coherent-v1', v_params, v_ctx)
     returning projection_id into v_proj;
+
+    -- A revision that extends one segmented with these params: segment only its last
+    -- session again (donto._extend_extraction).
+    select p.projection_id into v_base
+    from donto.revision_extension as x
+    inner join donto.projection as p
+        on p.revision_id = x.extends_revision_id and p.kind = 'extraction'
+           and p.strategy = 'turn-coherent-v1' and p.params = v_params and p.context_id = v_ctx
+    where x.revision_id = rev_id;
+    if found then
+        return donto._extend_extraction(v_proj, v_base);
+    end if;
 
     insert into donto.extraction_block (
         projection_id, revision_id, seq, kind, char_start, char_end, turns,
@@ -2529,26 +3020,38 @@ begin
             c.sid, v_resp, v_block, v_run, c.claim_index, c.quote, c.turn_id,
             case when c.a_start is null then '{}'::bigint[] else array(
                 -- per recall projection: the chunk holding a_start, then those starting inside
-                select m.statement_id
-                from donto.projection as rp
-                cross join lateral (
-                    (select m1.statement_id, m1.chunk_index, m1.char_end
-                     from donto.x_memory_record as m1
-                     where m1.revision_id = v_b.revision_id
-                           and m1.projection_id = rp.projection_id
-                           and m1.char_start <= c.a_start
-                     order by m1.char_start desc
-                     limit 1)
+                select u.statement_id from (
+                    select rp.projection_id, m.chunk_index as ord, m.statement_id
+                    from donto.projection as rp
+                    cross join lateral (
+                        (select m1.statement_id, m1.chunk_index, m1.char_end
+                         from donto.x_memory_record as m1
+                         where m1.revision_id = v_b.revision_id
+                               and m1.projection_id = rp.projection_id
+                               and m1.char_start <= c.a_start
+                         order by m1.char_start desc
+                         limit 1)
+                        union all
+                        (select m2.statement_id, m2.chunk_index, m2.char_end
+                         from donto.x_memory_record as m2
+                         where m2.revision_id = v_b.revision_id
+                               and m2.projection_id = rp.projection_id
+                               and m2.char_start > c.a_start and m2.char_start < c.a_end)
+                    ) as m
+                    where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
+                          and m.char_end > c.a_start
                     union all
-                    (select m2.statement_id, m2.chunk_index, m2.char_end
-                     from donto.x_memory_record as m2
-                     where m2.revision_id = v_b.revision_id
-                           and m2.projection_id = rp.projection_id
-                           and m2.char_start > c.a_start and m2.char_start < c.a_end)
-                ) as m
-                where rp.revision_id = v_b.revision_id and rp.kind = 'recall'
-                      and m.char_end > c.a_start
-                order by rp.projection_id, m.chunk_index
+                    -- a recall projection grown to this revision (the conversation grew):
+                    -- its chunks kept from earlier revisions count too
+                    select pe.projection_id, g.char_start, g.statement_id
+                    from donto.projection_extension as pe
+                    cross join lateral donto._projection_chunks(
+                        pe.projection_id, v_b.revision_id, c.a_start,
+                        greatest(c.a_end, c.a_start + 1)
+                    ) as g
+                    where pe.revision_id = v_b.revision_id
+                ) as u
+                order by u.projection_id, u.ord
             ) end
         from c
         returning statement_id
@@ -2581,7 +3084,8 @@ comment on function donto.ingest_extraction(bigint, bigint, text, jsonb) is
 'Ingest a raw extractor response for (block, run): kept verbatim, parsed into claim statements '
 'anchored to revision character spans (evidence_link, src_chunk), with the block''s '
 'mem:chunkqual/v1 quality vector and fate; a claim stays current only when its quote '
-'anchors (or it is an unquoted hypothesis) and the response is not injected; over the claim cap, refused; '
+'anchors (or it is an unquoted hypothesis) and the response is not injected; over the claim '
+'cap, refused; '
 'idempotent per (block, run); returns a summary.';
 
 -- -- provenance and quality views -------------------------------------------------------
@@ -2980,57 +3484,66 @@ begin
     values (p_revision_id, 'extraction', v_strategy, v_params, v_ctx)
     returning projection_id into v_proj;
 
+    -- Straight from the block functions into the tables, no temp table (a definer touches
+    -- nothing a caller can create or shadow).
     if v_arm.strategy = 'fixed' then
-        create temp table _donto_ab_blocks on commit drop as
-        select * from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer);
+        insert into donto.extraction_block (
+            projection_id, revision_id, seq, kind, char_start, char_end, turns,
+            prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+        )
+        select
+            v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+            b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+            case when b.min_date is null then '(,)'::daterange
+                 else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+        from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer) as b
+        order by b.seq;
     else
-        create temp table _donto_ab_blocks on commit drop as
-        select * from donto._extraction_blocks(p_revision_id, v_arm.params);
+        insert into donto.extraction_block (
+            projection_id, revision_id, seq, kind, char_start, char_end, turns,
+            prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+        )
+        select
+            v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+            b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+            case when b.min_date is null then '(,)'::daterange
+                 else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+        from donto._extraction_blocks(p_revision_id, v_arm.params) as b
+        order by b.seq;
     end if;
 
-    insert into donto.extraction_block (
-        projection_id, revision_id, seq, kind, char_start, char_end, turns,
-        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    with u as materialized (
+        select
+            b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
+            donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
+            pg_catalog.nextval(
+                pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id')) as sid
+        from donto.extraction_block as b
+        where b.projection_id = v_proj
+    ),
+
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
+            derived_from_revision, char_start, char_end
+        ) overriding system value
+        select
+            u.sid, 'block:' || u.block_id, 'mem:measure/unit',
+            pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id,
+                                          'seq', u.seq, 'kind', u.kind),
+            v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
+        from u
+        order by u.seq
     )
-    select
-        v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
-        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
-        case when b.min_date is null then '(,)'::daterange
-             else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
-    from _donto_ab_blocks as b
-    order by b.seq;
-    drop table _donto_ab_blocks;
-
-    create temp table _donto_ab_units on commit drop as
-    select
-        b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
-        donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
-        pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id'))
-            as sid
-    from donto.extraction_block as b
-    where b.projection_id = v_proj;
-
-    insert into donto.statement (
-        statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
-        derived_from_revision, char_start, char_end
-    ) overriding system value
-    select
-        u.sid, 'block:' || u.block_id, 'mem:measure/unit',
-        pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id, 'seq', u.seq,
-                                      'kind', u.kind),
-        v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
-    from _donto_ab_units as u
-    order by u.seq;
 
     insert into donto.ab_unit (
         statement_id, arm_id, block_id, revision_id, char_start, char_end, tsv
     )
     select u.sid, v_arm.arm_id, u.block_id, p_revision_id, u.char_start, u.char_end,
            pg_catalog.to_tsvector('pg_catalog.english', u.unit_text)
-    from _donto_ab_units as u
+    from u
     order by u.seq;
     get diagnostics v_n = row_count;
-    drop table _donto_ab_units;
     return v_n;
 end;
 $$;
@@ -3146,14 +3659,16 @@ create or replace function donto.ingest_measure_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move vectors staged by the caller (temp table _donto_embedding_stage(statement_id,
+Move vectors staged by the caller (its own temp table _donto_embedding_stage(statement_id,
 embedding)) into donto.embedding for one model, for A/B units and session summaries
 only (recall chunks go through donto.ingest_embeddings). Existing vectors are kept;
 a wrong dimension or another kind of statement is refused. Returns the rows added.
+SECURITY INVOKER, like donto.ingest_embeddings: the caller's temp table is read with
+the caller's rights.
 */
 declare
     v_dim integer;
@@ -3187,8 +3702,8 @@ end;
 $$;
 
 comment on function donto.ingest_measure_embeddings(integer) is
-'Move staged vectors of A/B units and session summaries into donto.embedding (skips '
-'existing). Volatile, security definer.';
+'Move the caller''s staged vectors of A/B units and session summaries into donto.embedding '
+'(skips existing). Volatile, security invoker.';
 
 create or replace function donto.ab_reuse_embeddings(
     p_arm text, p_model_id integer, p_revision_ids bigint[]
@@ -3264,6 +3779,7 @@ declare
     v_model integer;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.ab_recall_units', true);
     if k is null or k < 1 then
         raise exception 'donto.ab_recall_units: k must be >= 1' using errcode = '22023';
     end if;
@@ -3792,6 +4308,7 @@ declare
     v_ctx bigint;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.recall_summaries_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall_summaries: k must be >= 1' using errcode = '22023';
     end if;
@@ -3913,6 +4430,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
+    perform donto._check_query(query, 'donto.recall_summaries');
     if query is null or btrim(query) = '' then
         raise exception 'donto.recall_summaries: query is empty' using errcode = '22023';
     end if;
@@ -3968,7 +4486,705 @@ comment on function donto.recall_payload(
 'suffices).';
 
 
--- sql/085-standing.sql
+-- sql/085-append.sql
+-- Conversations that grow: a revision that extends the latest one (its body
+-- starts with the old body) is projected incrementally. Projection A keeps
+-- every unchanged window (statement, vector, full-text vector) and supersedes
+-- only the old last window; projection B re-segments only the last session;
+-- vectors are cached by content (model, SHA-256 of the text).
+
+create or replace function donto._recall_windows_from(
+    p_revision_id bigint, p_window integer, p_start integer
+)
+returns table (
+    char_start integer, char_end integer, chunk_text text,
+    first_date date, min_date date, max_date date
+)
+language plpython3u
+stable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].recall.recall_windows_from(plpy, p_revision_id, p_window, p_start)
+$py$;
+
+comment on function donto._recall_windows_from(bigint, integer, integer) is
+'The line-respecting windows of a revision from a window boundary on (donto_pg.core.windows), '
+'with the dates of their turns; reads only the body after the boundary.';
+
+create or replace function donto._render_turns(p_turns jsonb, p_start integer, p_prev jsonb)
+returns table (appended text, turns jsonb)
+language plpython3u
+immutable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].append.render_turns(plpy, p_turns, p_start, p_prev)
+$py$;
+
+comment on function donto._render_turns(jsonb, integer, jsonb) is
+'The canonical text (donto_pg.core.transcript) of messages appended after a body, and their '
+'turn '
+'table rows (spans in the whole body).';
+
+create or replace function donto.extend_revision(
+    document_iri text, body text, turns jsonb, meta jsonb default '{}'
+)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Register BODY, the longer version of the document DOCUMENT_IRI whose latest
+revision is its prefix, with its whole turn table TURNS (as donto.record_turns
+takes it: the old turns unchanged, then the new ones, which start after the old
+body). Records the link (donto.revision_extension), the turns, and projects the
+new revision incrementally wherever the old one was projected: every recall
+projection (fixed windows) grows (donto.project_recall keeps every unchanged
+window and its vectors, supersedes the old last window), every extraction
+projection is re-segmented from its last session (donto.project_extraction).
+Returns the new revision id. Idempotent: the same body again returns the same
+revision and changes nothing.
+Refused with SQLSTATE 22023 when the document is unknown, when BODY does not
+extend its latest revision (it must start with the old body and be longer), or
+when the old turns are not a prefix of TURNS.
+*/
+declare
+    v_doc bigint;
+    v_sha bytea := pg_catalog.sha256(pg_catalog.convert_to(body, 'UTF8'));
+    v_base donto.revision;
+    v_rev bigint;
+    v_bad integer;
+    v_n integer;
+    v_lo integer;
+    v_hi integer;
+    v_mid integer;
+    v_extends bigint;
+begin
+    if body is null or body = '' then
+        raise exception 'donto.extend_revision: body is empty' using errcode = '22023';
+    end if;
+    select d.document_id into v_doc from donto.document as d where d.iri = document_iri;
+    if not found then
+        raise exception 'donto.extend_revision: no document % (load it first)', document_iri
+            using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+
+    select r.revision_id into v_rev from donto.revision as r
+    where r.sha256 = v_sha and r.document_id = v_doc;
+    if found then
+        -- Registered already: extended before (or the very revision): nothing new, but make
+        -- sure its projections exist (an interrupted call left nothing: one transaction).
+        select x.extends_revision_id into v_extends
+        from donto.revision_extension as x where x.revision_id = v_rev;
+        if found then
+            perform donto._extend_projections(v_extends, v_rev);
+        end if;
+        return v_rev;
+    end if;
+
+    select r.* into v_base from donto.revision as r
+    where r.document_id = v_doc order by r.revision_id desc limit 1;
+    if pg_catalog.char_length(body) <= v_base.body_chars
+       or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
+        -- The first character where they differ (binary search on prefixes).
+        v_lo := 0;
+        v_hi := least(pg_catalog.char_length(body), v_base.body_chars);
+        while v_lo < v_hi loop
+            v_mid := (v_lo + v_hi + 1) / 2;
+            if pg_catalog.left(body, v_mid) = pg_catalog.left(v_base.body, v_mid) then
+                v_lo := v_mid;
+            else
+                v_hi := v_mid - 1;
+            end if;
+        end loop;
+        v_bad := v_lo;
+        raise exception 'donto.extend_revision: the new body does not extend the latest '
+            'revision % of % (% chars; the new body has %, and differs from it at char %)',
+            v_base.revision_id, document_iri, v_base.body_chars,
+            pg_catalog.char_length(body), v_bad
+            using errcode = '22023',
+                  hint = 'A changed conversation is a new revision: donto.register_revision.';
+    end if;
+
+    v_rev := donto.register_revision(document_iri, body, meta);
+    insert into donto.revision_extension (revision_id, extends_revision_id, prefix_chars)
+    values (v_rev, v_base.revision_id, v_base.body_chars);
+    perform donto.record_turns(v_rev, turns);
+
+    select pg_catalog.count(*)::integer into v_n from donto.turn as t
+    where t.revision_id = v_base.revision_id;
+    select o.seq into v_bad
+    from donto.turn as o
+    left join donto.turn as t on t.revision_id = v_rev and o.seq = t.seq
+    where o.revision_id = v_base.revision_id
+          and (t.seq is null
+               or (o.turn_id, o.role, o.session, o.exchange, o.time_anchor, o.header_start,
+                   o.char_start, o.char_end)
+               is distinct from (t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
+                                 t.header_start, t.char_start, t.char_end))
+    order by o.seq limit 1;
+    if v_bad is not null then
+        raise exception 'donto.extend_revision: turn seq % of revision % differs in the new '
+            'turn table (the old turns must be its prefix)', v_bad, v_base.revision_id
+            using errcode = '22023';
+    end if;
+    select t.seq into v_bad from donto.turn as t
+    where t.revision_id = v_rev and t.seq >= v_n and t.header_start < v_base.body_chars
+    order by t.seq limit 1;
+    if v_bad is not null then
+        raise exception 'donto.extend_revision: new turn seq % starts inside the old body '
+            '(% chars)', v_bad, v_base.body_chars using errcode = '22023';
+    end if;
+
+    perform donto._extend_projections(v_base.revision_id, v_rev);
+    return v_rev;
+end;
+$$;
+
+comment on function donto.extend_revision(text, text, jsonb, jsonb) is
+'Register the longer version of a document (its latest revision is a prefix), link it to the '
+'revision it extends, record its turns and project it incrementally; idempotent; refuses a '
+'body that does not extend the latest revision (22023).';
+
+create or replace function donto._extend_projections(p_base bigint, p_revision_id bigint)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Project revision P_REVISION_ID (which extends P_BASE) wherever P_BASE is
+projected: each recall projection with fixed windows (its window and context)
+and each extraction projection (its parameters). Returns how many projections.
+*/
+declare
+    v_p record;
+    v_n integer := 0;
+begin
+    for v_p in
+        select distinct (p.params ->> 'window_chars')::integer as w, c.iri, p.context_id
+        from donto.projection as p inner join donto.context as c using (context_id)
+        where p.kind = 'recall' and p.strategy = 'fixed-window'
+              and (p.revision_id = p_base
+                   or exists (select 1 from donto.projection_extension as pe
+                              where pe.projection_id = p.projection_id
+                                    and pe.revision_id = p_base))
+        order by p.context_id, 1
+    loop
+        perform donto.project_recall(p_revision_id, v_p.w, v_p.iri);
+        v_n := v_n + 1;
+    end loop;
+    for v_p in
+        select p.params from donto.projection as p
+        where p.revision_id = p_base and p.kind = 'extraction'
+              and p.strategy = 'turn-coherent-v1'
+        order by p.projection_id
+    loop
+        perform donto.project_extraction(p_revision_id, v_p.params);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto._extend_projections(bigint, bigint) is
+'Project an extending revision wherever the revision it extends is projected (recall and '
+'extraction).';
+
+create or replace function donto.append_turns(
+    document_iri text, turns jsonb, meta jsonb default '{}'
+)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Append messages to the conversation DOCUMENT_IRI: TURNS is a JSON array of
+{role, content} with optional turn_id (default: the previous one + 1), session
+(default: the last turn's), date (ISO) and exchange (default: a user message
+opens a new exchange). They are rendered in the canonical format
+(donto_pg.core.transcript) after the latest revision's body, and the longer body is
+registered with donto.extend_revision (linked, turns recorded, projected
+incrementally). Returns the new revision id.
+Idempotent: when the latest revision is already the result of appending these
+same turns to the revision it extends, it is returned and nothing changes.
+*/
+declare
+    v_doc bigint;
+    v_base donto.revision;
+    v_prev jsonb;
+    v_text text;
+    v_rows jsonb;
+    v_x donto.revision_extension;
+    v_all jsonb;
+begin
+    if turns is null or pg_catalog.jsonb_typeof(turns) <> 'array'
+       or pg_catalog.jsonb_array_length(turns) = 0 then
+        raise exception 'donto.append_turns: turns must be a non-empty JSON array'
+            using errcode = '22023';
+    end if;
+    select d.document_id into v_doc from donto.document as d where d.iri = document_iri;
+    if not found then
+        raise exception 'donto.append_turns: no document % (load it first)', document_iri
+            using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    select r.* into v_base from donto.revision as r
+    where r.document_id = v_doc order by r.revision_id desc limit 1;
+
+    -- Already appended: the latest revision extends one by exactly this text.
+    select x.* into v_x from donto.revision_extension as x
+    where x.revision_id = v_base.revision_id;
+    if found then
+        select pg_catalog.to_jsonb(t) into v_prev from (
+            select t.seq, t.turn_id, t.session, t.exchange from donto.turn as t
+            where t.revision_id = v_x.extends_revision_id order by t.seq desc limit 1
+        ) as t;
+        select r.appended into v_text
+        from donto._render_turns(turns, v_x.prefix_chars, v_prev) as r;
+        if v_x.prefix_chars + pg_catalog.char_length(v_text) = v_base.body_chars
+           and substring(v_base.body from v_x.prefix_chars + 1) = v_text then
+            return v_base.revision_id;
+        end if;
+    end if;
+
+    select pg_catalog.to_jsonb(t) into v_prev from (
+        select t.seq, t.turn_id, t.session, t.exchange from donto.turn as t
+        where t.revision_id = v_base.revision_id order by t.seq desc limit 1
+    ) as t;
+    select r.appended, r.turns into v_text, v_rows
+    from donto._render_turns(turns, v_base.body_chars, v_prev) as r;
+    select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'seq', t.seq, 'turn_id', t.turn_id, 'role', t.role, 'session', t.session,
+               'exchange', t.exchange, 'date', t.time_anchor, 'header_start', t.header_start,
+               'char_start', t.char_start, 'char_end', t.char_end, 'meta', t.meta)
+               order by t.seq), '[]'::jsonb)
+    into v_all
+    from donto.turn as t where t.revision_id = v_base.revision_id;
+    return donto.extend_revision(document_iri, v_base.body || v_text, v_all || v_rows,
+                                 coalesce(meta, '{}') || v_base.meta);
+end;
+$$;
+
+comment on function donto.append_turns(text, jsonb, jsonb) is
+'Append messages ({role, content, turn_id?, session?, date?, exchange?}) to a conversation: '
+'the longer body as a new revision that extends the latest, projected incrementally; '
+'idempotent.';
+
+create or replace function donto._extend_recall(p_projection_id bigint, p_revision_id bigint)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Grow the recall projection P_PROJECTION_ID to revision P_REVISION_ID, which
+extends the projection's latest revision. The windows are greedy from the
+start, so every window but the last old one is unchanged: those chunks are
+kept (statements, vectors, full-text vectors); the windows from the start of
+the old last window on are cut again (donto._recall_windows_from) and recorded
+as new chunks of P_REVISION_ID; the old last window, unless the new cut kept it
+as it was, is retracted (superseded). Returns the revision's chunk count.
+The full-text vectors of the new chunks are left to donto.index_lexical.
+*/
+declare
+    v_proj donto.projection;
+    v_doc bigint;
+    v_window integer;
+    v_last record;
+    v_body_chars integer;
+    v_base bigint;
+    v_before integer;
+    v_next integer;
+    v_w record;
+    v_sid bigint;
+    v_from integer;
+    v_new integer;
+    v_superseded bigint;
+begin
+    select p.* into strict v_proj from donto.projection as p
+    where p.projection_id = p_projection_id;
+    v_window := (v_proj.params ->> 'window_chars')::integer;
+    select r.document_id into strict v_doc from donto.revision as r
+    where r.revision_id = p_revision_id;
+    select x.extends_revision_id into strict v_base from donto.revision_extension as x
+    where x.revision_id = p_revision_id;
+    perform pg_catalog.pg_advisory_xact_lock(2061, p_projection_id::integer);
+
+    -- How many chunks the base revision has in this projection.
+    select pe.reused_chunks + pe.new_chunks into v_before
+    from donto.projection_extension as pe
+    where pe.projection_id = p_projection_id and pe.revision_id = v_base;
+    if not found then
+        if v_proj.revision_id <> v_base then
+            raise exception 'donto._extend_recall: projection % does not hold revision %',
+                p_projection_id, v_base using errcode = '22023';
+        end if;
+        select pg_catalog.count(*)::integer into v_before from donto.x_memory_record as m
+        where m.projection_id = p_projection_id and m.revision_id = v_base;
+    end if;
+
+    -- The base's last window: its live chunk that starts last.
+    select m.statement_id, m.char_start, m.char_end, s.valid_time into v_last
+    from donto.x_memory_record as m
+    inner join donto.statement as s on m.statement_id = s.statement_id
+    where m.projection_id = p_projection_id
+          and not exists (select 1 from donto.projection_extension as pe
+                          where pe.superseded_statement_id = m.statement_id)
+    order by m.char_start desc, m.statement_id desc
+    limit 1;
+    select r.body_chars into strict v_body_chars from donto.revision as r
+    where r.revision_id = v_base;
+    if v_last.statement_id is null or v_last.char_end <> v_body_chars then
+        raise exception 'donto._extend_recall: projection % does not end at the end of '
+            'revision % (% chars)', p_projection_id, v_base, v_body_chars
+            using errcode = 'XX000';
+    end if;
+    select coalesce(pg_catalog.max(m.chunk_index), -1) + 1 into v_next
+    from donto.x_memory_record as m where m.projection_id = p_projection_id;
+
+    v_new := 0;
+    for v_w in
+        select w.char_start, w.char_end, w.chunk_text, w.first_date,
+               case when w.min_date is null then '(,)'::daterange
+                    else pg_catalog.daterange(w.min_date, w.max_date, '[]') end as valid_time
+        from donto._recall_windows_from(p_revision_id, v_window, v_last.char_start) as w
+        order by w.char_start
+    loop
+        if v_from is null then
+            -- The first window starts where the old last window starts: unchanged, or
+            -- the old one is superseded.
+            if v_w.char_end = v_last.char_end and v_w.valid_time = v_last.valid_time then
+                v_from := v_last.char_end;
+                continue;
+            end if;
+            v_superseded := v_last.statement_id;
+            v_from := v_last.char_start;
+            perform donto.retract(v_last.statement_id, pg_catalog.format(
+                'donto.append: superseded by revision %s (the conversation grew; the window '
+                'was cut again)', p_revision_id));
+            v_before := v_before - 1;
+        end if;
+        insert into donto.statement (
+            subject, predicate, object_lit, context_id, valid_time,
+            document_id, derived_from_revision, char_start, char_end
+        ) values (
+            pg_catalog.format('chunk:%s/%s/%s', p_revision_id, v_window, v_before + v_new),
+            'mem:episodic/chunk',
+            pg_catalog.jsonb_build_object('v', v_w.chunk_text, 'dt', v_w.first_date),
+            v_proj.context_id, v_w.valid_time, v_doc, p_revision_id, v_w.char_start, v_w.char_end
+        ) returning statement_id into v_sid;
+        insert into donto.x_memory_record (
+            statement_id, projection_id, revision_id, chunk_index, char_start, char_end
+        ) values (
+            v_sid, p_projection_id, p_revision_id, v_next + v_new, v_w.char_start, v_w.char_end
+        );
+        v_new := v_new + 1;
+    end loop;
+    if v_from is null then
+        raise exception 'donto._extend_recall: revision % has no window from char %',
+            p_revision_id, v_last.char_start using errcode = 'XX000';
+    end if;
+
+    insert into donto.projection_extension (
+        projection_id, revision_id, extends_revision_id, from_char, first_chunk_index,
+        reused_chunks, new_chunks, superseded_statement_id
+    ) values (
+        p_projection_id, p_revision_id, v_base, v_from, v_next, v_before, v_new, v_superseded
+    );
+    return v_before + v_new;
+end;
+$$;
+
+comment on function donto._extend_recall(bigint, bigint) is
+'Grow a recall projection to a revision that extends its latest one: unchanged windows kept '
+'with their vectors, the old last window superseded (retracted), the new tail recorded.';
+
+create or replace function donto._projection_chunks(
+    p_projection_id bigint, p_revision_id bigint,
+    p_from integer default 0, p_to integer default 2147483647
+)
+returns table (statement_id bigint, revision_id bigint, char_start integer, char_end integer)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The chunks of recall projection P_PROJECTION_ID that make up revision
+P_REVISION_ID (cut from it, or kept from a revision it extends) and overlap
+[P_FROM, P_TO), in body order. A chunk is at most the projection's window long,
+so only chunks starting after P_FROM - window are read.
+*/
+    with recursive chain as (
+        -- The revision, then the revisions it extends, each with the position before
+        -- which its chunks belong to the later revision.
+        select $2 as rev, 2147483647 as upto
+        union all
+        select pe.extends_revision_id, least(chain.upto, pe.from_char)
+        from chain
+        inner join donto.projection_extension as pe
+            on pe.projection_id = $1 and pe.revision_id = chain.rev
+    )
+    select m.statement_id, m.revision_id, m.char_start, m.char_end
+    from chain
+    inner join donto.projection as p on p.projection_id = $1
+    inner join donto.x_memory_record as m
+        on m.projection_id = $1 and m.revision_id = chain.rev
+           and m.char_start < least(chain.upto, $4)
+           and m.char_start >= $3 - (p.params ->> 'window_chars')::integer
+           and m.char_end > $3
+    order by m.char_start;
+$$;
+
+comment on function donto._projection_chunks(bigint, bigint, integer, integer) is
+'The chunks of a recall projection that make up a revision (also one that grew from an '
+'earlier revision), overlapping a span, in body order.';
+
+create or replace function donto.revision_chunks(
+    p_revision_id bigint, window_chars integer default 1200, context text default null
+)
+returns table (
+    chunk_position integer, statement_id bigint, revision_id bigint,
+    char_start integer, char_end integer, chunk_text text
+)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The recall chunks of projection A of a revision (window WINDOW_CHARS, context
+CONTEXT, default the document's recall context) in body order, whether the
+revision was cut from scratch or grew from the revision it extends (then the
+kept chunks were cut from an earlier revision: the same bytes, as its body is
+a prefix). CHUNK_POSITION is the window's position in the revision.
+*/
+    select
+        (pg_catalog.row_number() over (order by c.char_start) - 1)::integer,
+        c.statement_id, c.revision_id, c.char_start, c.char_end, s.object_lit ->> 'v'
+    from (
+        select pr.projection_id
+        from donto.projection as pr
+        inner join donto.revision as r on r.revision_id = $1
+        inner join donto.document as d on r.document_id = d.document_id
+        inner join donto.context as ct
+            on ct.iri = coalesce($3, donto.recall_context_iri(d.iri))
+        where pr.kind = 'recall' and pr.strategy = 'fixed-window'
+              and pr.context_id = ct.context_id
+              and (pr.params ->> 'window_chars')::integer = $2
+              and (pr.revision_id = $1
+                   or exists (select 1 from donto.projection_extension as pe
+                              where pe.projection_id = pr.projection_id
+                                    and pe.revision_id = $1))
+        order by pr.projection_id
+        limit 1
+    ) as p
+    cross join lateral donto._projection_chunks(p.projection_id, $1) as c
+    inner join donto.statement as s on c.statement_id = s.statement_id
+    order by c.char_start;
+$$;
+
+comment on function donto.revision_chunks(bigint, integer, text) is
+'Recall chunks of a revision''s projection A in body order (position, statement, span, '
+'text), also for a revision that grew from an earlier one.';
+
+create or replace function donto.cached_embeddings(p_model_id integer, p_sha256 bytea[])
+returns table (sha256 bytea, embedding vector)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/* The cached vectors of model P_MODEL_ID for the texts whose SHA-256 are P_SHA256. */
+    select c.sha256, c.embedding
+    from donto.embedding_cache as c
+    where c.model_id = $1 and c.sha256 = any($2);
+$$;
+
+comment on function donto.cached_embeddings(integer, bytea[]) is
+'Vectors already computed for these texts (by SHA-256) with a model: the embed step encodes '
+'only the others.';
+
+create or replace function donto._embedding_cache_fill()
+returns trigger
+language plpgsql
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+After vectors are inserted into donto.embedding: key them by content in
+donto.embedding_cache (recall chunks by their text, A/B units by the text of
+their span, as the embed step encodes them). Existing keys are kept.
+*/
+begin
+    insert into donto.embedding_cache (model_id, sha256, embedding)
+    select distinct on (n.model_id, x.sha) n.model_id, x.sha, n.embedding
+    from new_rows as n
+    inner join donto.statement as s on n.statement_id = s.statement_id
+    cross join lateral (
+        select pg_catalog.sha256(pg_catalog.convert_to(
+            case when s.predicate = 'mem:episodic/chunk' then s.object_lit ->> 'v'
+                else donto.span_text(s.derived_from_revision, s.char_start, s.char_end)
+            end, 'UTF8')) as sha
+    ) as x
+    where s.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
+    order by n.model_id, x.sha, n.statement_id
+    on conflict do nothing;
+    return null;
+end;
+$$;
+
+comment on function donto._embedding_cache_fill() is
+'Trigger body: key newly inserted vectors by content in donto.embedding_cache.';
+
+drop trigger if exists embedding_cache_fill on donto.embedding;
+create trigger embedding_cache_fill after insert on donto.embedding
+referencing new table as new_rows
+for each statement execute function donto._embedding_cache_fill();
+
+create or replace function donto._extraction_blocks_from(
+    rev_id bigint, params jsonb, from_turn integer
+)
+returns table (
+    seq integer, kind text, char_start integer, char_end integer, turns jsonb,
+    prefix_start integer, prefix_end integer, prefix_turn_seq integer, split boolean,
+    min_date date, max_date date
+)
+language plpython3u
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].extraction.extraction_blocks(plpy, rev_id, params, from_turn)
+$py$;
+
+comment on function donto._extraction_blocks_from(bigint, jsonb, integer) is
+'The extraction blocks of a revision from the session opened by turn FROM_TURN on, numbered '
+'from 0 (donto_pg.segmenter).';
+
+create or replace function donto._extend_extraction(
+    p_projection_id bigint, p_base_projection_id bigint
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Fill the new extraction projection P_PROJECTION_ID of a revision that extends
+the revision of P_BASE_PROJECTION_ID (same parameters). Sessions are hard
+boundaries of the segmenter (a block never spans two, the inert prefix never
+crosses one), so the blocks before the session of the base's last block are
+the same: they are copied; the revision is segmented again only from the first
+turn of that session. Returns the block count.
+*/
+declare
+    v_rev bigint;
+    v_base bigint;
+    v_params jsonb;
+    v_last_turn integer;
+    v_from_turn integer;
+    v_from_char integer;
+    v_kept integer;
+    v_n integer;
+begin
+    select p.revision_id, p.params into strict v_rev, v_params from donto.projection as p
+    where p.projection_id = p_projection_id;
+    select p.revision_id into strict v_base from donto.projection as p
+    where p.projection_id = p_base_projection_id;
+    -- The first turn of the base's last block, and the first turn of its session run.
+    select (b.turns -> 0 ->> 'seq')::integer into v_last_turn
+    from donto.extraction_block as b where b.projection_id = p_base_projection_id
+    order by b.seq desc limit 1;
+    select coalesce(pg_catalog.max(t.seq) + 1, 0) into v_from_turn
+    from donto.turn as t
+    inner join donto.turn as l on l.revision_id = v_base and l.seq = v_last_turn
+    where t.revision_id = v_base and t.seq < v_last_turn
+          and t.session is distinct from l.session;
+    select t.header_start into v_from_char from donto.turn as t
+    where t.revision_id = v_rev and t.seq = v_from_turn;
+
+    insert into donto.extraction_block (
+        projection_id, revision_id, seq, kind, char_start, char_end, turns,
+        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    )
+    select
+        p_projection_id, v_rev, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split, b.valid_time
+    from donto.extraction_block as b
+    where b.projection_id = p_base_projection_id and b.char_start < v_from_char
+    order by b.seq;
+    get diagnostics v_kept = row_count;
+
+    insert into donto.extraction_block (
+        projection_id, revision_id, seq, kind, char_start, char_end, turns,
+        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    )
+    select
+        p_projection_id, v_rev, v_kept + b.seq, b.kind, b.char_start, b.char_end, b.turns,
+        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+        case when b.min_date is null then '(,)'::daterange
+             else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+    from donto._extraction_blocks_from(v_rev, v_params, v_from_turn) as b
+    order by b.seq;
+    get diagnostics v_n = row_count;
+    return v_kept + v_n;
+end;
+$$;
+
+comment on function donto._extend_extraction(bigint, bigint) is
+'Projection B of an extending revision: the blocks before the last session copied from the '
+'revision it extends, the rest segmented again.';
+
+create or replace function donto.revision_lineage(p_revision_id bigint)
+returns setof bigint
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The revision, the revisions it extends and the revisions that extend it
+(transitively, donto.revision_extension): revisions whose bodies are prefixes
+of one another, so that a span of one inside the shorter body is the same text
+in all. A recalled chunk kept from an earlier revision answers a question about
+a later one.
+*/
+    with recursive
+    up as (
+        select $1 as rev
+        union
+        select x.extends_revision_id from up
+        inner join donto.revision_extension as x on x.revision_id = up.rev
+    ),
+    down as (
+        select $1 as rev
+        union
+        select x.revision_id from down
+        inner join donto.revision_extension as x on x.extends_revision_id = down.rev
+    )
+    select up.rev from up
+    union
+    select down.rev from down;
+$$;
+
+comment on function donto.revision_lineage(bigint) is
+'A revision with those it extends and those extending it (bodies that are prefixes of one '
+'another): spans in the shorter body are the same text in all.';
+
+
+-- sql/086-standing.sql
 -- Standing memory: the user's instructions, preferences and constraints,
 -- projected from a revision by a rule-based detector (donto_pg.core.standing),
 -- superseded by later ones on the same subject, recalled in reserved slots.
@@ -4348,7 +5564,8 @@ comment on column donto.x_standing_vector.embedding is
 --   donto_reader: reads every table and view, calls the read-only functions
 --                 (recall, audit, rendering); cannot write.
 --   donto_writer: reads, and writes ONLY through the security-definer
---                 functions (register_revision, project_recall, ...).
+--                 functions (register_revision, project_recall, ...), except
+--                 INSERT of vectors into donto.embedding (checked by a trigger).
 -- Nobody is granted UPDATE, DELETE or TRUNCATE on a fact table (I3); the
 -- triggers of 010-append-only.sql refuse them even for the owner.
 
@@ -4371,6 +5588,10 @@ revoke create on schema donto from public;
 
 revoke all on all tables in schema donto from public, donto_reader, donto_writer;
 grant select on all tables in schema donto to donto_reader, donto_writer;
+-- The one direct write: vectors, by binary COPY into the writer's own temp table and
+-- donto.ingest_embeddings / ingest_measure_embeddings (security invoker). The trigger
+-- donto._check_embeddings refuses a vector of anything but a recall key.
+grant insert (statement_id, model_id, embedding) on donto.embedding to donto_writer;
 revoke update, delete, truncate on all tables in schema donto from current_user;
 grant update, delete, truncate on donto.setting to current_user;
 
@@ -4384,11 +5605,15 @@ declare
     v_fn regprocedure;
 begin
     -- Read-only API for donto_reader: every function that is not volatile,
-    -- plus the PL/Python loader and the read-only volatile ones named here.
+    -- plus the PL/Python loader and the read-only volatile ones named here; not the
+    -- PL/Python helpers of the projections (_recall_windows, _extraction_blocks, ...),
+    -- whose work grows with their arguments: the definers call them as the owner.
+    revoke execute on all functions in schema donto from donto_reader;
     for v_fn in
         select p.oid::regprocedure
         from pg_catalog.pg_proc as p
         inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
+        inner join pg_catalog.pg_language as l on p.prolang = l.oid
         where n.nspname = 'donto'
               and p.prokind = 'f'
               and (p.provolatile <> 'v'
@@ -4396,9 +5621,123 @@ begin
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor',
                                     'warmup', 'claims_as_of'))
+              and not (l.lanname = 'plpython3u' and p.proname like '\_%'
+                       and p.proname <> '_py_boot')
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;
+end;
+$$;
+
+
+-- sql/095-ddl-guard.sql
+-- The DDL guard (runs last). Outside `donto-pg migrate` and CREATE/ALTER EXTENSION, an
+-- event trigger refuses to drop, alter or replace the objects of schema donto (its
+-- tables, triggers, functions, views, the schema itself) unless the session opts in:
+--     set donto.allow_ddl = 'on';   -- or set_config('donto.allow_ddl', 'on', true)
+-- Creating a NEW table, index, sequence or type, COMMENT, GRANT and REVOKE stay
+-- free. An event trigger needs a superuser: a migrate run by a non-superuser owner
+-- leaves the guard out and says so in a NOTICE.
+-- The event trigger function lives in a schema of its own, donto_guard: a function in
+-- donto would be dropped, with its event triggers, by the very DROP SCHEMA donto CASCADE
+-- it must refuse.
+
+create schema if not exists donto_guard;
+
+comment on schema donto_guard is
+'donto-pg: the DDL guard''s event trigger function (see donto_guard.refuse_ddl).';
+
+revoke all on schema donto_guard from public;
+
+create or replace function donto_guard.refuse_ddl()
+returns event_trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Event trigger function (ddl_command_end and sql_drop): raise 42501 when a command
+changes or drops an object of schema donto (or the schema itself, also under another
+name), unless donto.allow_ddl is 'on' (set by donto-pg migrate and the extension
+scripts for their own transaction) or the command runs inside an extension script.
+Objects of other schemas, temporary objects included, are never refused.
+*/
+declare
+    v_nsp oid := pg_catalog.to_regnamespace('donto');
+    v_what text;
+begin
+    if coalesce(pg_catalog.current_setting('donto.allow_ddl', true), '') = 'on' then
+        return;
+    end if;
+    if tg_event = 'sql_drop' then
+        select d.object_type || ' ' || d.object_identity into v_what
+        from pg_catalog.pg_event_trigger_dropped_objects() as d
+        where not d.is_temporary
+              and (d.schema_name = 'donto'
+                   or (d.object_type = 'schema' and d.object_identity = 'donto'))
+        limit 1;
+    elsif tg_tag not in ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'CREATE INDEX',
+                         'CREATE SEQUENCE', 'CREATE TYPE', 'COMMENT', 'GRANT', 'REVOKE') then
+        select c.object_type || ' ' || c.object_identity into v_what
+        from pg_catalog.pg_event_trigger_ddl_commands() as c
+        where not c.in_extension
+              and (c.object_type = 'schema' and exists (
+                       -- the donto schema, renamed: it holds the I3 trigger function
+                       select 1 from pg_catalog.pg_proc as p
+                       where p.pronamespace = c.objid and p.proname = '_refuse_mutation')
+                   or case c.object_type
+                  when 'schema' then c.objid
+                  when 'trigger' then (
+                      select r.relnamespace from pg_catalog.pg_trigger as t
+                      inner join pg_catalog.pg_class as r on t.tgrelid = r.oid
+                      where t.oid = c.objid)
+                  when 'rule' then (
+                      select r.relnamespace from pg_catalog.pg_rewrite as w
+                      inner join pg_catalog.pg_class as r on w.ev_class = r.oid
+                      where w.oid = c.objid)
+                  when 'policy' then (
+                      select r.relnamespace from pg_catalog.pg_policy as y
+                      inner join pg_catalog.pg_class as r on y.polrelid = r.oid
+                      where y.oid = c.objid)
+                  else (select n.oid from pg_catalog.pg_namespace as n
+                        where n.nspname = c.schema_name)
+                  end = v_nsp)
+        limit 1;
+    end if;
+    if v_what is not null then
+        raise exception 'donto: % of % is refused outside donto-pg migrate', tg_tag, v_what
+            using errcode = '42501',
+            hint = 'Schema changes go through donto-pg migrate or ALTER EXTENSION donto '
+                   'UPDATE. To change it by hand, first: set donto.allow_ddl = ''on''.';
+    end if;
+end;
+$$;
+
+comment on function donto_guard.refuse_ddl() is
+'Event trigger function: refuses DROP/ALTER/CREATE OR REPLACE of schema donto''s objects '
+'outside donto-pg migrate and the extension scripts unless donto.allow_ddl = ''on''.';
+
+do $$
+begin
+    if not (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = current_user) then
+        raise notice 'donto: % is not a superuser: the DDL guard (event trigger '
+            'donto_guard_ddl, see donto.allow_ddl) is not installed', current_user;
+        return;
+    end if;
+    if not exists (select 1 from pg_catalog.pg_event_trigger as e
+                   where e.evtname = 'donto_guard_ddl_end') then
+        create event trigger donto_guard_ddl_end on ddl_command_end
+        execute function donto_guard.refuse_ddl();
+    end if;
+    if not exists (select 1 from pg_catalog.pg_event_trigger as e
+                   where e.evtname = 'donto_guard_ddl') then
+        create event trigger donto_guard_ddl on sql_drop
+        execute function donto_guard.refuse_ddl();
+    end if;
+    -- Also under session_replication_role = replica.
+    alter event trigger donto_guard_ddl_end enable always;
+    alter event trigger donto_guard_ddl enable always;
 end;
 $$;
 
@@ -5091,3 +6430,5 @@ begin
 end;
 $$;
 
+
+select pg_catalog.set_config('donto.allow_ddl', pg_catalog.current_setting('donto._allow_ddl_was'), true);

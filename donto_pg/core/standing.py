@@ -4,7 +4,7 @@ A *standing statement* is a sentence of a user turn that states an instruction
 ("Always include narrator details when I ask about audiobooks"), a preference
 ("I prefer positive reinforcement") or a constraint ("I'm allergic to nuts").
 Unlike an episodic fact it is meant to hold for every later question, so
-recall keeps it in a tier of its own (``sql/085-standing.sql``).
+recall keeps it in a tier of its own (``sql/086-standing.sql``).
 
 :func:`detect` is the rule-based detector (no LLM, no database): it splits a
 user turn into sentences and keeps those with a standing marker. Each result

@@ -1,4 +1,4 @@
-"""PL/Python body of standing memory (sql/085-standing.sql)."""
+"""PL/Python body of standing memory (sql/086-standing.sql)."""
 
 from __future__ import annotations
 
