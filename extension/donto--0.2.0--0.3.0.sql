@@ -321,6 +321,21 @@ $$;
 -- sql/020-revision.sql
 -- Documents, content-addressed revisions and their turn tables.
 
+create or replace function donto._lock_document(p_document_id bigint)
+returns void
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* One writer per document at a time (advisory lock 2056 for this transaction): taken by
+   donto.register_revision and the append path, so "supersedes" is well defined. */
+    select pg_catalog.pg_advisory_xact_lock(2056, p_document_id::integer);
+$$;
+
+comment on function donto._lock_document(bigint) is
+'Take the document''s writer lock (advisory 2056) for this transaction.';
+
 create or replace function donto.register_revision(
     document_iri text, body text, meta jsonb default '{}'
 )
@@ -366,7 +381,7 @@ begin
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;
     select d.document_id into strict v_doc from donto.document as d where d.iri = document_iri;
     -- One writer per document at a time, so "supersedes" is well defined.
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
 
     select r.revision_id into v_prev from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
@@ -4571,7 +4586,7 @@ begin
         raise exception 'donto.extend_revision: no document % (load it first)', document_iri
             using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
 
     select r.revision_id into v_rev from donto.revision as r
     where r.sha256 = v_sha and r.document_id = v_doc;
@@ -4735,7 +4750,7 @@ begin
         raise exception 'donto.append_turns: no document % (load it first)', document_iri
             using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
     select r.* into v_base from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
 
@@ -5023,9 +5038,15 @@ as $$
 /*
 After vectors are inserted into donto.embedding: key them by content in
 donto.embedding_cache (recall chunks by their text, A/B units by the text of
-their span, as the embed step encodes them). Existing keys are kept.
+their span, as the embed step encodes them). Existing keys are kept. A superuser
+restoring a dump (check_function_bodies = off) fills nothing: the dump brings the
+cache's own rows.
 */
 begin
+    if pg_catalog.current_setting('is_superuser') = 'on'
+       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+        return null;
+    end if;
     insert into donto.embedding_cache (model_id, sha256, embedding)
     select distinct on (n.model_id, x.sha) n.model_id, x.sha, n.embedding
     from new_rows as n

@@ -1,5 +1,20 @@
 -- Documents, content-addressed revisions and their turn tables.
 
+create or replace function donto._lock_document(p_document_id bigint)
+returns void
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* One writer per document at a time (advisory lock 2056 for this transaction): taken by
+   donto.register_revision and the append path, so "supersedes" is well defined. */
+    select pg_catalog.pg_advisory_xact_lock(2056, p_document_id::integer);
+$$;
+
+comment on function donto._lock_document(bigint) is
+'Take the document''s writer lock (advisory 2056) for this transaction.';
+
 create or replace function donto.register_revision(
     document_iri text, body text, meta jsonb default '{}'
 )
@@ -45,7 +60,7 @@ begin
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;
     select d.document_id into strict v_doc from donto.document as d where d.iri = document_iri;
     -- One writer per document at a time, so "supersedes" is well defined.
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
 
     select r.revision_id into v_prev from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;

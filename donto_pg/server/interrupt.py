@@ -15,7 +15,7 @@ def interrupt_check(plpy) -> Callable[[], None]:
     through SPI, where PostgreSQL acts on a pending cancel request or an expired
     ``statement_timeout`` (the query is cancelled with SQLSTATE 57014, raised here as a
     PL/Python exception that ends the function)."""
-    plan = plpy.prepare("select 1")
+    plan = plpy.prepare("select 1", [])
     last = time.monotonic()
 
     def check() -> None:

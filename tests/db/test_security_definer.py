@@ -31,7 +31,7 @@ BODY = ("=== session 1 | 2024-03-15 ===\n\n[user #0] I moved to Berlin in March.
 
 # Dynamic EXECUTE in a definer, reviewed: the text is built from integers the function
 # reads from donto's own tables (model id and dimension), never from caller text.
-REVIEWED_EXECUTE = {"ensure_embedding_index"}
+REVIEWED_EXECUTE = {"ensure_embedding_index", "ensure_context_indexes"}
 
 DEFINERS = """
 select p.proname::text, p.oid::regprocedure::text, p.prosrc, p.proconfig, l.lanname::text

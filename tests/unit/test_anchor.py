@@ -253,7 +253,7 @@ def test_result_is_in_full_body_offsets(near: int | None) -> None:
 
 def _exact_by_rfind(body: str, quote: str, near: int) -> tuple[int, int] | None:
     """The former exact pass (str.rfind is quadratic on near-miss quotes)."""
-    from donto_pg.anchor import _distance
+    from donto_pg.core.anchor import _distance
 
     n = len(quote)
     left = body.rfind(quote, 0, near)
@@ -268,7 +268,7 @@ def _exact_by_rfind(body: str, quote: str, near: int) -> tuple[int, int] | None:
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_exact_near_matches_the_rfind_formulation(data: st.DataObject) -> None:
-    from donto_pg.anchor import _exact
+    from donto_pg.core.anchor import _exact
 
     alphabet = data.draw(st.sampled_from(["ab", "abc", "a b"]))
     unit = data.draw(st.text(alphabet, min_size=1, max_size=6))
@@ -305,7 +305,7 @@ def test_a_check_that_raises_stops_the_search_soon(body: str, quote: str, near: 
 
 
 def test_fuzzy_is_not_tried_for_quotes_over_its_cap() -> None:
-    from donto_pg.anchor import FUZZY_MAX_QUOTE
+    from donto_pg.core.anchor import FUZZY_MAX_QUOTE
 
     body = "x" * 50 + "the quick brown fox jumps over the lazy dog " * 40
     quote = ("the quick brown fox jumps over the lazy dog " * 40).replace("lazy", "lazzy", 1)
