@@ -199,6 +199,12 @@ begin
         perform donto.project_extraction(p_revision_id, v_p.params);
         v_n := v_n + 1;
     end loop;
+    -- Standing statements (sql/086) are cut from the whole revision (rules, cheap).
+    if exists (select 1 from donto.projection as p
+               where p.revision_id = p_base and p.kind = 'standing') then
+        perform donto.project_standing(p_revision_id);
+        v_n := v_n + 1;
+    end if;
     return v_n;
 end;
 $$;
