@@ -180,10 +180,17 @@ language sql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
-/* The revisions with any projection in context P_CONTEXT_ID (null: every revision). */
-    select pg_catalog.array_agg(distinct p.revision_id)
-    from donto.projection as p
-    where p_context_id is null or p.context_id = p_context_id;
+/* The revisions with any projection in context P_CONTEXT_ID (null: every revision),
+   also those a projection there grew into (donto.projection_extension: appends). */
+    select pg_catalog.array_agg(distinct r.revision_id)
+    from (
+        select p.revision_id from donto.projection as p
+        where p_context_id is null or p.context_id = p_context_id
+        union all
+        select pe.revision_id from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where p_context_id is null or p.context_id = p_context_id
+    ) as r;
 $$;
 
 comment on function donto._standing_revisions(bigint) is
@@ -210,6 +217,14 @@ as $$
         inner join donto.statement as s on x.statement_id = s.statement_id
         where x.revision_id = any(donto._standing_revisions(p_context_id))
               and (p_as_of is null or s.tx_from <= p_as_of)
+              -- a revision extended by one with standing statements of its own is
+              -- covered by it (the longer body holds the same sentences)
+              and not exists (
+                  select 1 from donto.revision_extension as re
+                  inner join donto.x_standing as x2 on x2.revision_id = re.revision_id
+                  inner join donto.statement as s2 on x2.statement_id = s2.statement_id
+                  where re.extends_revision_id = x.revision_id
+                        and (p_as_of is null or s2.tx_from <= p_as_of))
               and not exists (
                   select 1 from donto.retraction as rt
                   where rt.statement_id = x.statement_id
