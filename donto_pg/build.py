@@ -27,6 +27,7 @@ from donto_pg import __version__
 from donto_pg.cluster import PG_BIN
 from donto_pg.core import render
 from donto_pg.migrate import (
+    ALLOW_DDL,
     EXTENSION_DIR,
     HEAD,
     SQL_DIR,
@@ -57,8 +58,21 @@ superuser = true
 # only this version's script and the update script from the last release are built.
 RELEASED = {"0.1.0": "006-ab.sql", "0.2.0": "007-recall-lexical.sql"}
 
+# The extension scripts open the DDL guard for themselves (ddl_command_end knows it runs
+# in an extension script, sql_drop does not) and restore the session's value at the end.
+_ALLOW_DDL_ON = (
+    "select pg_catalog.set_config('donto._allow_ddl_was', "
+    f"coalesce(pg_catalog.current_setting('{ALLOW_DDL}', true), ''), true);\n"
+    f"select pg_catalog.set_config('{ALLOW_DDL}', 'on', true);"
+)
+_ALLOW_DDL_RESTORE = (
+    f"select pg_catalog.set_config('{ALLOW_DDL}', "
+    "pg_catalog.current_setting('donto._allow_ddl_was'), true);"
+)
+
+
 def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> str:
-    parts = [title, f'\\echo Use "{use}" to load this file. \\quit']
+    parts = [title, f'\\echo Use "{use}" to load this file. \\quit', _ALLOW_DDL_ON]
     if head_text is not None:
         parts.append(f"-- {HEAD}\n{head_text}")
     for m in ms:
@@ -68,6 +82,7 @@ def _script(title: str, use: str, head_text: str | None, ms: list[Source]) -> st
         )
     for s in idempotent_sources():
         parts.append(f"-- sql/{s.name}\n{s.text}")
+    parts.append(_ALLOW_DDL_RESTORE)
     return "\n\n".join(parts) + "\n"
 
 

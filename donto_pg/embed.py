@@ -46,6 +46,7 @@ class EmbedReport:
     seconds: float
     index: str
     encoded: int = 0  # texts the model encoded (the others came from the cache)
+    standing: int = 0
 
     @property
     def rate(self) -> float:
@@ -155,5 +156,36 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     seconds = time.perf_counter() - started
     index = conn.execute("select donto.ensure_embedding_index(%s)", (model_id,)).fetchone()[0]
     conn.commit()
+    standing = embed_standing(conn, model, model_id, context=context, batch=batch)
     return EmbedReport(name, model_id, dim, embedded, done_before, seconds, index,
-                       counts.get("encoded", 0))
+                       counts.get("encoded", 0), standing)
+
+
+STANDING_PENDING = """
+select x.statement_id, s.object_lit ->> 'v'
+from donto.x_standing as x
+inner join donto.statement as s on s.statement_id = x.statement_id
+where not exists (select 1 from donto.x_standing_vector as v
+                  where v.statement_id = x.statement_id and v.model_id = %(model)s)
+      and (%(context)s::text is null or x.revision_id in (
+          select p.revision_id from donto.projection as p
+          inner join donto.context as c on c.context_id = p.context_id
+          where c.iri = %(context)s))
+order by x.statement_id
+"""
+
+
+def embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, *,
+                   context: str | None = None, batch: int = 16) -> int:
+    """Embed the standing statements without a vector for MODEL (recall's standing slots);
+    CONTEXT: only those of the revisions projected into it. Returns how many were added."""
+    rows = conn.execute(STANDING_PENDING, {"model": model_id, "context": context}).fetchall()
+    if not rows:
+        conn.commit()
+        return 0
+    vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
+    texts = ["[" + ",".join(f"{x:.7g}" for x in vec) + "]" for vec in vecs]
+    n = conn.execute("select donto.ingest_standing_embeddings(%s, %s, %s)",
+                     (model_id, [r[0] for r in rows], texts)).fetchone()[0]
+    conn.commit()
+    return n

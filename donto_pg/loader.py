@@ -33,6 +33,7 @@ class LoadResult:
     turns: int = 0
     chunks: int = 0
     questions: int = 0
+    standing: int = 0
     warnings: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     error: str | None = None
@@ -122,6 +123,7 @@ class Recorded:
     questions: int
     chunks: int
     appended: bool = False
+    standing: int = 0
 
 
 def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: str,
@@ -153,7 +155,9 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
         chunks = conn.execute(
             "select donto.project_recall(%s::bigint, %s::integer, lexical => %s::boolean)",
             (rev, window_chars, lexical)).fetchone()[0]
-    return Recorded(rev, existed is None, len(body), turns, questions, chunks, appended)
+        standing = conn.execute("select donto.project_standing(%s::bigint)", (rev,)).fetchone()[0]
+    return Recorded(rev, existed is None, len(body), turns, questions, chunks, appended,
+                    standing)
 
 
 def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
@@ -170,7 +174,7 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
                                   window_chars=window_chars, lexical=lexical)
         res.revision_id, res.new_revision, res.chars = rec.revision_id, rec.new_revision, rec.chars
         res.turns, res.questions, res.chunks = rec.turns, rec.questions, rec.chunks
-        res.appended = rec.appended
+        res.appended, res.standing = rec.appended, rec.standing
         res.ok = True
     except (psycopg.Error, ValueError, RecursionError) as exc:
         res.error = f"{conv.conversation_id}: {str(exc).strip()}"

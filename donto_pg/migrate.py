@@ -40,6 +40,9 @@ EXTENSION_DIR = resources.data_dir("extension")
 HEAD = "000-head.sql"
 _NAME = re.compile(r"^(\d{3})-[a-z0-9-]+\.sql$")
 _LOCK_KEY = 2055
+# The session setting that lets a transaction change the donto schema past the DDL guard
+# (sql/095-ddl-guard.sql); migrate and the extension scripts set it for themselves.
+ALLOW_DDL = "donto.allow_ddl"
 
 
 class MigrationError(DontoError):
@@ -220,6 +223,9 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
         raise MigrationError("migrate needs a connection with autocommit off")
     try:
         conn.execute("select pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        # The DDL guard (sql/095-ddl-guard.sql) lets this transaction, and only it, change
+        # the donto schema.
+        conn.execute(f"select set_config('{ALLOW_DDL}', 'on', true)")
         if _extension_installed(conn):
             raise MigrationError(
                 "this database uses CREATE EXTENSION donto: upgrade it with "

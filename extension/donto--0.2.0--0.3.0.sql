@@ -2,6 +2,9 @@
 
 \echo Use "ALTER EXTENSION donto UPDATE" to load this file. \quit
 
+select pg_catalog.set_config('donto._allow_ddl_was', coalesce(pg_catalog.current_setting('donto.allow_ddl', true), ''), true);
+select pg_catalog.set_config('donto.allow_ddl', 'on', true);
+
 -- migrations/011-recall-layout.sql
 -- 011: the vectors of recall chunks carry their context (donto.embedding.context_id),
 -- stored clustered by (model, context), so that recall's vector arm reads only the
@@ -75,6 +78,53 @@ comment on index donto.embedding_context_idx is
 
 
 insert into donto.migration (name, sha256) values ('011-recall-layout.sql', '19522c215ee3862f9558f4abcc933c0557bea3de5449ecb37bdfad8790337668');
+
+-- migrations/012-standing.sql
+-- 012: standing memory. A projection of a revision into standing statements
+-- (instructions, preferences, constraints of the user), each a statement
+-- (predicate mem:standing/<kind>) anchored to its turn by character offsets,
+-- with an overlay row saying what it is about (the subject key that decides
+-- superseding) and, per embedding model, a vector for recall's standing slots.
+
+alter table donto.projection drop constraint projection_kind_check;
+alter table donto.projection add constraint projection_kind_check
+check (kind in ('recall', 'extraction', 'standing'));
+
+create table donto.x_standing (
+    statement_id bigint primary key references donto.statement,
+    projection_id bigint not null references donto.projection,
+    revision_id bigint not null references donto.revision,
+    ord integer not null check (ord >= 0),
+    kind text not null check (kind in ('instruction', 'preference', 'constraint')),
+    subject_key text not null,
+    turn_seq integer not null,
+    turn_id integer,
+    char_start integer not null,
+    char_end integer not null,
+    detector text not null check (btrim(detector) <> ''),
+    unique (projection_id, ord),
+    foreign key (revision_id, turn_seq) references donto.turn (revision_id, seq),
+    check (0 <= char_start and char_start < char_end)
+);
+
+create index x_standing_revision_idx on donto.x_standing (revision_id, kind, subject_key);
+
+create table donto.x_standing_vector (
+    statement_id bigint not null references donto.x_standing,
+    model_id integer not null references donto.embedding_model,
+    embedding vector not null,
+    primary key (statement_id, model_id)
+);
+
+comment on table donto.x_standing is
+'Standing-memory overlay: one row per standing statement (mem:standing/<kind>): its projection, '
+'revision, order, kind, subject key (same kind and key: the later one supersedes), the turn '
+'it was said in and its char span there, and the detector that found it.';
+comment on table donto.x_standing_vector is
+'Vectors of standing statements per embedding model (for the standing slots of donto.recall).';
+
+
+insert into donto.migration (name, sha256) values ('012-standing.sql', 'fafefdb4c94f6c08c22186896220633771a19955ef0143c939acf2bfef1f0bb7');
 
 -- migrations/013-row-types.sql
 -- 013: row shapes that several functions return get a name of their own, so that
@@ -219,7 +269,8 @@ insert into donto.migration (name, sha256) values ('014-append.sql', '2dc4fe3cef
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
--- remove a fact, for any role, the owner included. Every table of schema
+-- remove a fact, for any role, the owner included, also with session_replication_role =
+-- replica (the triggers are ENABLE ALWAYS). Every table of schema
 -- donto is a fact table except donto.setting (configuration).
 -- A retraction is a new row (donto.retract); "current" and "as of" are
 -- views and functions over the history.
@@ -259,6 +310,9 @@ begin
         execute format(
             'create trigger i3_refuse before update or delete or truncate on %s '
             'for each statement execute function donto._refuse_mutation()', v_table);
+        -- ALWAYS: also under session_replication_role = replica (which skips ordinary
+        -- triggers), so not even the owner with that setting can change a fact.
+        execute format('alter table %s enable always trigger i3_refuse', v_table);
     end loop;
 end;
 $$;
@@ -266,6 +320,21 @@ $$;
 
 -- sql/020-revision.sql
 -- Documents, content-addressed revisions and their turn tables.
+
+create or replace function donto._lock_document(p_document_id bigint)
+returns void
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* One writer per document at a time (advisory lock 2056 for this transaction): taken by
+   donto.register_revision and the append path, so "supersedes" is well defined. */
+    select pg_catalog.pg_advisory_xact_lock(2056, p_document_id::integer);
+$$;
+
+comment on function donto._lock_document(bigint) is
+'Take the document''s writer lock (advisory 2056) for this transaction.';
 
 create or replace function donto.register_revision(
     document_iri text, body text, meta jsonb default '{}'
@@ -312,7 +381,7 @@ begin
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;
     select d.document_id into strict v_doc from donto.document as d where d.iri = document_iri;
     -- One writer per document at a time, so "supersedes" is well defined.
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
 
     select r.revision_id into v_prev from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
@@ -332,6 +401,30 @@ $$;
 comment on function donto.register_revision(text, text, jsonb) is
 'Register a body as an immutable, content-addressed (SHA-256) revision of a document; '
 'idempotent: the same body returns the same revision id.';
+
+create or replace function donto._turn_rows(p_turns jsonb)
+returns table (
+    seq integer, turn_id integer, role text, session integer, exchange integer,
+    time_anchor date, header_start integer, char_start integer, char_end integer, meta jsonb
+)
+language sql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* The rows of a JSON turn table (see donto.record_turns), one per array element. */
+    select x.seq, x.turn_id, x.role, x.session, x.exchange, x.date, x.header_start,
+           x.char_start, x.char_end, coalesce(x.meta, '{}')
+    from pg_catalog.jsonb_to_recordset(p_turns) as x (
+        seq integer, turn_id integer, role text, session integer, exchange integer,
+        date date, header_start integer, char_start integer, char_end integer, meta jsonb
+    );
+$$;
+
+comment on function donto._turn_rows(jsonb) is
+'The rows of a JSON turn table {seq, turn_id, role, session, exchange, date, header_start, '
+'char_start, char_end, meta} (donto.record_turns reads its argument through it).';
 
 create or replace function donto.record_turns(p_revision_id bigint, p_turns jsonb)
 returns integer
@@ -361,19 +454,9 @@ begin
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2057, p_revision_id::integer);
 
-    create temp table if not exists _donto_turns (
-        seq integer, turn_id integer, role text, session integer, exchange integer,
-        time_anchor date, header_start integer, char_start integer, char_end integer, meta jsonb
-    ) on commit drop;
-    truncate _donto_turns;
-    insert into _donto_turns
-    select x.seq, x.turn_id, x.role, x.session, x.exchange, x.date, x.header_start,
-           x.char_start, x.char_end, coalesce(x.meta, '{}')
-    from pg_catalog.jsonb_to_recordset(p_turns) as x (
-        seq integer, turn_id integer, role text, session integer, exchange integer,
-        date date, header_start integer, char_start integer, char_end integer, meta jsonb
-    );
-    get diagnostics v_n = row_count;
+    -- The rows are read from the argument each time (donto._turn_rows), never staged in
+    -- a temp table: a definer must touch nothing a caller can create or shadow.
+    v_n := pg_catalog.jsonb_array_length(p_turns);
 
     select pg_catalog.format('turn seq %s: %s', t.seq, t.problem) into v_bad
     from (
@@ -399,7 +482,7 @@ begin
                 t.*,
                 (pg_catalog.row_number() over (order by t.seq) - 1)::integer as rn,
                 pg_catalog.lag(t.char_end) over (order by t.seq) as prev_end
-            from _donto_turns as t
+            from donto._turn_rows(p_turns) as t
         ) as s
     ) as t
     where t.problem is not null
@@ -415,7 +498,7 @@ begin
         if v_have = v_n and not exists (
             select t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
                    t.header_start, t.char_start, t.char_end
-            from _donto_turns as t
+            from donto._turn_rows(p_turns) as t
             except
             select t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
                    t.header_start, t.char_start, t.char_end
@@ -431,7 +514,7 @@ begin
                             header_start, char_start, char_end, meta)
     select p_revision_id, t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
            t.header_start, t.char_start, t.char_end, t.meta
-    from _donto_turns as t;
+    from donto._turn_rows(p_turns) as t;
     return v_n;
 end;
 $$;
@@ -936,45 +1019,58 @@ declare
     v_n integer;
 begin
     perform pg_catalog.pg_advisory_xact_lock(2059, rev_id::integer);
-    create temp table _donto_lexical on commit drop as
-    select m.statement_id, m.projection_id, m.char_start, m.char_end,
-           s.object_lit ->> 'v' as chunk_text
-    from donto.x_memory_record as m
-    inner join donto.statement as s on m.statement_id = s.statement_id
-    where m.revision_id = rev_id
-          and not exists (select 1 from donto.x_memory_lexical as l
-                          where l.statement_id = m.statement_id);
-    -- The user's own words in each chunk: the content of user turns, cut to the chunk.
-    create index _donto_lexical_span on _donto_lexical
-    using gist (pg_catalog.int4range(char_start, char_end));
-    analyze _donto_lexical;
-    create temp table _donto_user_text on commit drop as
-    select
-        c.statement_id,
-        pg_catalog.string_agg(
-            pg_catalog.substr(
-                c.chunk_text,
-                greatest(t.char_start, c.char_start) - c.char_start + 1,
-                least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
-            ' ' order by t.seq
-        ) as user_text
-    from donto.turn as t
-    inner join _donto_lexical as c
-        on pg_catalog.int4range(c.char_start, c.char_end)
-        && pg_catalog.int4range(t.char_start, t.char_end)
-    where t.revision_id = rev_id and t.role = 'user'
-    group by c.statement_id;
+    -- One statement, no temp table (a definer touches nothing a caller can shadow). The
+    -- user turns overlapping a chunk [cs, ce) are the last turn whose header starts before
+    -- cs (turn spans are ordered and disjoint) and the turns whose headers start in
+    -- [cs, ce): two probes of donto.turn_revision_header_idx per chunk.
+    with c as materialized (
+        select m.statement_id, m.projection_id, m.char_start, m.char_end,
+               s.object_lit ->> 'v' as chunk_text
+        from donto.x_memory_record as m
+        inner join donto.statement as s on m.statement_id = s.statement_id
+        where m.revision_id = rev_id
+              and not exists (select 1 from donto.x_memory_lexical as l
+                              where l.statement_id = m.statement_id)
+    ),
+
+    u as (
+        -- The user's own words in each chunk: the content of user turns, cut to the chunk.
+        select
+            c.statement_id,
+            pg_catalog.string_agg(
+                pg_catalog.substr(
+                    c.chunk_text,
+                    greatest(t.char_start, c.char_start) - c.char_start + 1,
+                    least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
+                ' ' order by t.seq
+            ) as user_text
+        from c
+        cross join lateral (
+            (select t0.seq, t0.role, t0.char_start, t0.char_end
+             from donto.turn as t0
+             where t0.revision_id = rev_id and t0.header_start < c.char_start
+             order by t0.header_start desc, t0.seq desc
+             limit 1)
+            union all
+            (select t1.seq, t1.role, t1.char_start, t1.char_end
+             from donto.turn as t1
+             where t1.revision_id = rev_id and t1.header_start >= c.char_start
+                   and t1.header_start < c.char_end)
+        ) as t
+        where t.role = 'user' and t.char_start < t.char_end
+              and t.char_start < c.char_end and t.char_end > c.char_start
+        group by c.statement_id
+    )
+
     insert into donto.x_memory_lexical (statement_id, projection_id, tsv)
     select c.statement_id, c.projection_id,
            pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', c.chunk_text), 'D')
            || pg_catalog.setweight(
                pg_catalog.to_tsvector('pg_catalog.english', coalesce(u.user_text, '')), 'A')
-    from _donto_lexical as c
-    left join _donto_user_text as u on c.statement_id = u.statement_id
+    from c
+    left join u on c.statement_id = u.statement_id
     order by c.statement_id;
     get diagnostics v_n = row_count;
-    drop table _donto_user_text;
-    drop table _donto_lexical;
     return v_n;
 end;
 $$;
@@ -1167,6 +1263,36 @@ $py$;
 comment on function donto.embed_query(text, text) is
 'Embed a text inside the database with a sentence-transformers model (cached per backend).';
 
+create or replace function donto._check_query(
+    p_query text, p_function text, p_blank_ok boolean default false
+)
+returns void
+language plpgsql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (22023) a recall query that is null, empty or only blanks (spaces, tabs,
+newlines: unless P_BLANK_OK), or longer than 10,000 characters (a question, not a
+document: the embedder reads its first few hundred tokens, and every function a
+reader may call does bounded work). P_FUNCTION names the caller in the message.
+*/
+begin
+    if not p_blank_ok and (p_query is null or p_query ~ '^[[:space:]]*$') then
+        raise exception '%: query is empty', p_function using errcode = '22023';
+    end if;
+    if pg_catalog.char_length(p_query) > 10000 then
+        raise exception '%: the query has % characters, more than 10,000', p_function,
+            pg_catalog.char_length(p_query) using errcode = '22023';
+    end if;
+end;
+$$;
+
+comment on function donto._check_query(text, text, boolean) is
+'Refuse (22023) an empty or blank-only recall query, or one over 10,000 characters.';
+
 create or replace function donto._recall_setting(p_name text, p_default text)
 returns text
 language sql
@@ -1245,6 +1371,13 @@ declare
     v_n double precision;
     v_terms text[];
     v_tqs tsquery[];
+    v_tws double precision[];
+    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
+        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
+        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
+        'told,want}')::text[];
+    v_scaffold_w double precision := donto._recall_setting(
+        'recall_lexical_scaffold_weight', '0.5')::float8;
     v_dfs double precision[];
     v_idfs double precision[];
     v_sel tsquery;
@@ -1256,8 +1389,11 @@ declare
     v_scores double precision[];
     r record;
 begin
-    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
-    into v_terms, v_tqs
+    perform donto._check_query(p_query, 'donto._recall_lexical', true);
+    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t),
+           pg_catalog.array_agg(case when q.t = any(v_scaffold) then v_scaffold_w else 1 end
+                                order by q.t)
+    into v_terms, v_tqs, v_tws
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
           from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
     ) as q;
@@ -1300,16 +1436,16 @@ begin
             select pg_catalog.count(*)::float8 as n from chunks
         ),
         terms as (
-            select t.tq, pg_catalog.count(c.statement_id)::float8 as df
-            from pg_catalog.unnest(v_tqs) as t (tq)
+            select t.tq, t.w, pg_catalog.count(c.statement_id)::float8 as df
+            from unnest(v_tqs, v_tws) as t (tq, w)
             left join chunks as c on c.tsv @@ t.tq
-            group by t.tq
+            group by t.tq, t.w
         ),
         scored as (
             select
                 c.statement_id,
                 pg_catalog.sum(
-                    pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
+                    t.w * pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
                     * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
                 )::float8 as score
             from chunks as c
@@ -1333,11 +1469,12 @@ begin
     -- Budgeted: df estimated from the column statistics.
     select
         pg_catalog.array_agg(e.df order by e.i),
-        pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
+        pg_catalog.array_agg(
+            e.w * pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
     into v_dfs, v_idfs
     from (
-        select t.i, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
-        from pg_catalog.unnest(v_terms) with ordinality as t (t, i)
+        select t.i, t.w, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
+        from unnest(v_terms, v_tws) with ordinality as t (t, w, i)
         left join (
             select
                 x.most_common_elems::text::text[] as elems,
@@ -1428,13 +1565,31 @@ vector arm by cosine distance, the lexical arm by donto._recall_lexical. The
 vector arm of one context reads that context's vectors alone: through its own
 HNSW index when it has one (more than donto.recall_exact_max() chunks, default
 10,000, see donto.ensure_embedding_index), else by an exact scan of its rows
-(POOL defaults to max(10 k, 100)) when it has at most that many. Otherwise
-(every context, or a large context whose index is not built yet) it uses the
-model's HNSW index over every context. HNSW scans are iterative (filters never
-return fewer than k rows), POOL defaults to max(4 k, 40) and hnsw.ef_search is
-1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
-least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
+when it has at most that many. Otherwise (every context, or a large context
+whose index is not built yet) it uses the model's HNSW index over every
+context. HNSW scans are iterative (filters never return fewer than k rows) and
+hnsw.ef_search is 1.1 POOL times the index's rows per searched chunk, that
+ratio capped at 2 (at least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
 per-context access paths (the layout before migration 011, for comparison).
+
+POOL defaults to a share of the N searched chunks,
+ceil(donto.recall_pool_share x N) (default 0.05) bounded by
+donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
+the HNSW path donto.recall_pool_max_index, default 200, bounds it instead, for
+latency), and never to less than k. It does not depend on k otherwise, so the first k rows
+of a call with a larger k are the rows of the call with k (as long as k is at
+most the pool).
+
+Standing slots (ARMS 'hybrid' only): after the first
+donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
+statements in force (donto.standing: not superseded, as of AS_OF) of the
+revisions projected into the context, most similar to the query vector, at
+most donto.recall_standing_slots (default 2) and only those with cosine
+similarity at least donto.recall_standing_min (default 0.35); they count
+against k. Such a row has the standing statement's id, revision and char span
+(its sentence in the user turn), its text as chunk_text, its valid time, the
+similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
+at least one rank). Standing statements need vectors (donto.embed_standing).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -1464,6 +1619,22 @@ declare
     v_own_index boolean := false;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
+    v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
+    v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
+    v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
+    v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '200')::integer;
+    v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
+    v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
+    v_chunks integer := 0;
+    v_st_done boolean;
+    v_st_ids bigint[];
+    v_st_revs bigint[];
+    v_st_starts integer[];
+    v_st_ends integer[];
+    v_st_texts text[];
+    v_st_valid daterange[];
+    v_st_sims double precision[];
+    v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
@@ -1474,6 +1645,7 @@ declare
     v_hit donto.recall_hit;
     r record;
 begin
+    perform donto._check_query(query, 'donto.recall_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
@@ -1530,8 +1702,11 @@ begin
             'donto.embedding_hnsw_m%s_c%s', v_model, v_ctx)) is not null;
     end if;
     v_exact := not v_own_index and v_n <= v_exact_max;
-    v_pool := coalesce(pool, case when v_exact then greatest(k * 10, 100)
-                                  else greatest(k * 4, 40) end);
+    -- The default pool depends on the context's size, never on k: a larger k
+    -- only reads further down the same ranking (k above the pool widens it).
+    v_pool := coalesce(pool, greatest(k, least(
+        case when v_exact then v_pool_max else v_pool_max_index end,
+        greatest(v_pool_min, pg_catalog.ceil(v_pool_share * v_n)::integer))));
     if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
         -- ef_search: the pool, widened by the share of the index that is outside
@@ -1546,6 +1721,27 @@ begin
             40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
         ))::integer::text, true);
     end if;
+
+    -- Standing slots: the standing statements in force most similar to the
+    -- query (hybrid arm only; at most donto.recall_standing_slots), placed after
+    -- the first donto.recall_standing_after chunk rows.
+    if arms = 'hybrid' and v_slots > 0 then
+        select
+            pg_catalog.array_agg(x.statement_id order by x.o),
+            pg_catalog.array_agg(x.revision_id order by x.o),
+            pg_catalog.array_agg(x.char_start order by x.o),
+            pg_catalog.array_agg(x.char_end order by x.o),
+            pg_catalog.array_agg(x.statement_text order by x.o),
+            pg_catalog.array_agg(x.valid_time order by x.o),
+            pg_catalog.array_agg(x.similarity order by x.o)
+        into v_st_ids, v_st_revs, v_st_starts, v_st_ends, v_st_texts, v_st_valid, v_st_sims
+        from donto._recall_standing(embedding, v_ctx, as_of, v_model, v_slots, v_min_sim)
+            with ordinality as x (
+                statement_id, revision_id, char_start, char_end, statement_text, valid_time,
+                similarity, o
+            );
+    end if;
+    v_st_done := v_st_ids is null;
 
     for r in execute pg_catalog.format($q$
         with vec as (
@@ -1688,12 +1884,35 @@ begin
         continue when v_clash;
         v_kept := v_kept || v_span;
         v_kept_rev := v_kept_rev || r.derived_from_revision;
+        if not v_st_done and v_chunks >= v_after then
+            v_st_done := true;
+            for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+                v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                             v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+                return next v_hit;
+                v_rows := v_rows + 1;
+                if v_rows >= k then
+                    return;
+                end if;
+            end loop;
+        end if;
         v_hit := row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
                      r.chunk_text, r.valid_time, r.score, r.vr, r.lr);
         return next v_hit;
         v_rows := v_rows + 1;
+        v_chunks := v_chunks + 1;
         exit when v_rows >= k;
     end loop;
+    -- Fewer chunk rows than donto.recall_standing_after: the standing rows follow them.
+    if not v_st_done then
+        for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+            exit when v_rows >= k;
+            v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                         v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+            return next v_hit;
+            v_rows := v_rows + 1;
+        end loop;
+    end if;
 end;
 $$;
 
@@ -1727,9 +1946,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
-    if query is null or btrim(query) = '' then
-        raise exception 'donto.recall: query is empty' using errcode = '22023';
-    end if;
+    perform donto._check_query(query, 'donto.recall');
     if arms <> 'lexical' then
         select m.name into v_model from donto.embedding_model as m
         where m.model_id = donto.embedding_model_id(model);
@@ -1744,18 +1961,75 @@ comment on function donto.recall(text, integer, text, timestamptz, text, text, i
 'Recall from psql: top-K chunks for a text query (hybrid vector + lexical, fused), '
 'with statement id, revision, char span, text, valid time, score and each arm''s rank.';
 
+create or replace function donto._check_embeddings()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Statement trigger on donto.embedding (AFTER INSERT, transition table new_rows): every
+vector added belongs to a recall key (a recall chunk, an A/B unit or a session summary)
+and has its model's dimension. donto_writer may INSERT into donto.embedding (the
+binary-COPY path of donto.ingest_embeddings), so the check lives on the table.
+A superuser restoring a dump (pg_dump scripts set check_function_bodies = off) is not
+checked: pg_dump orders an extension's table data by foreign keys only, so vectors may
+arrive before the recall keys they belong to.
+*/
+declare
+    v_bad bigint;
+begin
+    if pg_catalog.current_setting('is_superuser') = 'on'
+       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+        return null;
+    end if;
+    select n.statement_id into v_bad
+    from new_rows as n
+    inner join donto.embedding_model as m on n.model_id = m.model_id
+    where vector_dims(n.embedding) <> m.dimension
+          or not (exists (select 1 from donto.x_memory_record as r
+                          where r.statement_id = n.statement_id)
+                  or exists (select 1 from donto.ab_unit as u
+                             where u.statement_id = n.statement_id)
+                  or exists (select 1 from donto.x_session_summary as y
+                             where y.statement_id = n.statement_id))
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.embedding: statement % is not a recall key (chunk, A/B unit or '
+            'session summary) or its vector does not have its model''s dimension', v_bad
+            using errcode = '22023';
+    end if;
+    return null;
+end;
+$$;
+
+comment on function donto._check_embeddings() is
+'Trigger function: every vector inserted into donto.embedding belongs to a recall key and '
+'has its model''s dimension (SQLSTATE 22023 otherwise).';
+
+create or replace trigger embedding_check
+after insert on donto.embedding
+referencing new table as new_rows
+for each statement execute function donto._check_embeddings();
+
+alter table donto.embedding enable always trigger embedding_check;
+
 create or replace function donto.ingest_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move the vectors the caller staged (binary COPY into its temp table
+Move the vectors the caller staged (binary COPY into its own temp table
 _donto_embedding_stage(statement_id, embedding)) into donto.embedding for one
 model. Vectors that already exist are skipped (resumable); a wrong dimension or
 a statement that is not a recall chunk is refused. Returns the rows added.
+SECURITY INVOKER: it reads the caller's own temp table with the caller's rights
+(donto_writer may INSERT into donto.embedding, checked by donto._check_embeddings);
+a definer must never read what a caller can create.
 */
 declare
     v_dim integer;
@@ -1786,7 +2060,8 @@ end;
 $$;
 
 comment on function donto.ingest_embeddings(integer) is
-'Move staged vectors (temp table _donto_embedding_stage) into donto.embedding; skips existing.';
+'Move the caller''s staged vectors (its temp table _donto_embedding_stage) into '
+'donto.embedding; skips existing. Security invoker.';
 
 
 -- sql/060-questions.sql
@@ -3224,57 +3499,66 @@ begin
     values (p_revision_id, 'extraction', v_strategy, v_params, v_ctx)
     returning projection_id into v_proj;
 
+    -- Straight from the block functions into the tables, no temp table (a definer touches
+    -- nothing a caller can create or shadow).
     if v_arm.strategy = 'fixed' then
-        create temp table _donto_ab_blocks on commit drop as
-        select * from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer);
+        insert into donto.extraction_block (
+            projection_id, revision_id, seq, kind, char_start, char_end, turns,
+            prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+        )
+        select
+            v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+            b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+            case when b.min_date is null then '(,)'::daterange
+                 else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+        from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer) as b
+        order by b.seq;
     else
-        create temp table _donto_ab_blocks on commit drop as
-        select * from donto._extraction_blocks(p_revision_id, v_arm.params);
+        insert into donto.extraction_block (
+            projection_id, revision_id, seq, kind, char_start, char_end, turns,
+            prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+        )
+        select
+            v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+            b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+            case when b.min_date is null then '(,)'::daterange
+                 else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+        from donto._extraction_blocks(p_revision_id, v_arm.params) as b
+        order by b.seq;
     end if;
 
-    insert into donto.extraction_block (
-        projection_id, revision_id, seq, kind, char_start, char_end, turns,
-        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    with u as materialized (
+        select
+            b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
+            donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
+            pg_catalog.nextval(
+                pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id')) as sid
+        from donto.extraction_block as b
+        where b.projection_id = v_proj
+    ),
+
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
+            derived_from_revision, char_start, char_end
+        ) overriding system value
+        select
+            u.sid, 'block:' || u.block_id, 'mem:measure/unit',
+            pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id,
+                                          'seq', u.seq, 'kind', u.kind),
+            v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
+        from u
+        order by u.seq
     )
-    select
-        v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
-        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
-        case when b.min_date is null then '(,)'::daterange
-             else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
-    from _donto_ab_blocks as b
-    order by b.seq;
-    drop table _donto_ab_blocks;
-
-    create temp table _donto_ab_units on commit drop as
-    select
-        b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
-        donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
-        pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id'))
-            as sid
-    from donto.extraction_block as b
-    where b.projection_id = v_proj;
-
-    insert into donto.statement (
-        statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
-        derived_from_revision, char_start, char_end
-    ) overriding system value
-    select
-        u.sid, 'block:' || u.block_id, 'mem:measure/unit',
-        pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id, 'seq', u.seq,
-                                      'kind', u.kind),
-        v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
-    from _donto_ab_units as u
-    order by u.seq;
 
     insert into donto.ab_unit (
         statement_id, arm_id, block_id, revision_id, char_start, char_end, tsv
     )
     select u.sid, v_arm.arm_id, u.block_id, p_revision_id, u.char_start, u.char_end,
            pg_catalog.to_tsvector('pg_catalog.english', u.unit_text)
-    from _donto_ab_units as u
+    from u
     order by u.seq;
     get diagnostics v_n = row_count;
-    drop table _donto_ab_units;
     return v_n;
 end;
 $$;
@@ -3390,14 +3674,16 @@ create or replace function donto.ingest_measure_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move vectors staged by the caller (temp table _donto_embedding_stage(statement_id,
+Move vectors staged by the caller (its own temp table _donto_embedding_stage(statement_id,
 embedding)) into donto.embedding for one model, for A/B units and session summaries
 only (recall chunks go through donto.ingest_embeddings). Existing vectors are kept;
 a wrong dimension or another kind of statement is refused. Returns the rows added.
+SECURITY INVOKER, like donto.ingest_embeddings: the caller's temp table is read with
+the caller's rights.
 */
 declare
     v_dim integer;
@@ -3431,8 +3717,8 @@ end;
 $$;
 
 comment on function donto.ingest_measure_embeddings(integer) is
-'Move staged vectors of A/B units and session summaries into donto.embedding (skips '
-'existing). Volatile, security definer.';
+'Move the caller''s staged vectors of A/B units and session summaries into donto.embedding '
+'(skips existing). Volatile, security invoker.';
 
 create or replace function donto.ab_reuse_embeddings(
     p_arm text, p_model_id integer, p_revision_ids bigint[]
@@ -3508,6 +3794,7 @@ declare
     v_model integer;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.ab_recall_units', true);
     if k is null or k < 1 then
         raise exception 'donto.ab_recall_units: k must be >= 1' using errcode = '22023';
     end if;
@@ -4036,6 +4323,7 @@ declare
     v_ctx bigint;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.recall_summaries_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall_summaries: k must be >= 1' using errcode = '22023';
     end if;
@@ -4157,6 +4445,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
+    perform donto._check_query(query, 'donto.recall_summaries');
     if query is null or btrim(query) = '' then
         raise exception 'donto.recall_summaries: query is empty' using errcode = '22023';
     end if;
@@ -4297,7 +4586,7 @@ begin
         raise exception 'donto.extend_revision: no document % (load it first)', document_iri
             using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
 
     select r.revision_id into v_rev from donto.revision as r
     where r.sha256 = v_sha and r.document_id = v_doc;
@@ -4414,6 +4703,12 @@ begin
         perform donto.project_extraction(p_revision_id, v_p.params);
         v_n := v_n + 1;
     end loop;
+    -- Standing statements (sql/086) are cut from the whole revision (rules, cheap).
+    if exists (select 1 from donto.projection as p
+               where p.revision_id = p_base and p.kind = 'standing') then
+        perform donto.project_standing(p_revision_id);
+        v_n := v_n + 1;
+    end if;
     return v_n;
 end;
 $$;
@@ -4461,7 +4756,7 @@ begin
         raise exception 'donto.append_turns: no document % (load it first)', document_iri
             using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
     select r.* into v_base from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
 
@@ -4543,7 +4838,7 @@ begin
     where r.revision_id = p_revision_id;
     select x.extends_revision_id into strict v_base from donto.revision_extension as x
     where x.revision_id = p_revision_id;
-    perform pg_catalog.pg_advisory_xact_lock(2061, p_projection_id::integer);
+    perform pg_catalog.pg_advisory_xact_lock(2064, p_projection_id::integer);
 
     -- How many chunks the base revision has in this projection.
     select pe.reused_chunks + pe.new_chunks into v_before
@@ -4749,9 +5044,15 @@ as $$
 /*
 After vectors are inserted into donto.embedding: key them by content in
 donto.embedding_cache (recall chunks by their text, A/B units by the text of
-their span, as the embed step encodes them). Existing keys are kept.
+their span, as the embed step encodes them). Existing keys are kept. A superuser
+restoring a dump (check_function_bodies = off) fills nothing: the dump brings the
+cache's own rows.
 */
 begin
+    if pg_catalog.current_setting('is_superuser') = 'on'
+       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+        return null;
+    end if;
     insert into donto.embedding_cache (model_id, sha256, embedding)
     select distinct on (n.model_id, x.sha) n.model_id, x.sha, n.embedding
     from new_rows as n
@@ -4910,12 +5211,403 @@ comment on function donto.revision_lineage(bigint) is
 'another): spans in the shorter body are the same text in all.';
 
 
+-- sql/086-standing.sql
+-- Standing memory: the user's instructions, preferences and constraints,
+-- projected from a revision by a rule-based detector (donto_pg.core.standing),
+-- superseded by later ones on the same subject, recalled in reserved slots.
+
+create or replace function donto._standing_detect(p_revision_id bigint)
+returns table (
+    ord integer, kind text, subject_key text, turn_seq integer, turn_id integer,
+    char_start integer, char_end integer, statement_text text, said_on date
+)
+language plpython3u
+stable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].standing.standing_rows(plpy, p_revision_id)
+$py$;
+
+comment on function donto._standing_detect(bigint) is
+'The standing statements the rule-based detector (donto_pg.core.standing) finds in the user turns '
+'of a revision, with their char spans in the revision and the date of their turn.';
+
+create or replace function donto.standing_context_iri(p_document_iri text)
+returns text
+language sql
+immutable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* ctx:memory/standing/<scheme>/<rest> for a document IRI <scheme>:<rest>. */
+    select 'ctx:memory/standing/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
+$$;
+
+comment on function donto.standing_context_iri(text) is
+'The standing-memory context of a document: beam:100K/1 -> ctx:memory/standing/beam/100K/1.';
+
+create or replace function donto.project_standing(rev_id bigint, context text default null)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Project revision REV_ID into standing statements: every sentence of a user
+turn that the rule-based detector (donto_pg.core.standing, strategy rules-v1)
+reads as an instruction, a preference or a constraint becomes a statement
+(predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
+key}, char span of the sentence in the revision, so that substring(body from
+char_start + 1 for char_end - char_start) is its exact text) with a
+donto.x_standing row. Valid time: from the date of its turn; it ends where a
+later statement of the same kind and subject key (the knowledge-update rule)
+takes over, on the later one's date (a one-day range when both share a date),
+and is open otherwise. CONTEXT defaults to donto.standing_context_iri of the
+document. Idempotent: a second call returns the existing count.
+*/
+declare
+    v_doc bigint;
+    v_iri text;
+    v_ctx bigint;
+    v_proj bigint;
+    v_n integer;
+begin
+    select r.document_id, d.iri into v_doc, v_iri
+    from donto.revision as r inner join donto.document as d using (document_id)
+    where r.revision_id = rev_id;
+    if not found then
+        raise exception 'donto.project_standing: no revision %', rev_id using errcode = '22023';
+    end if;
+    v_ctx := donto.ensure_context(coalesce(context, donto.standing_context_iri(v_iri)),
+                                  'standing');
+    perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
+
+    select p.projection_id into v_proj from donto.projection as p
+    where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = 'rules-v1'
+          and p.params = '{}'::jsonb and p.context_id = v_ctx;
+    if found then
+        select pg_catalog.count(*)::integer into v_n
+        from donto.x_standing as x where x.projection_id = v_proj;
+        return v_n;
+    end if;
+    insert into donto.projection (revision_id, kind, strategy, params, context_id)
+    values (rev_id, 'standing', 'rules-v1', '{}'::jsonb, v_ctx)
+    returning projection_id into v_proj;
+
+    with d as (
+        select
+            d0.*,
+            pg_catalog.lead(d0.said_on) over w as next_on,
+            pg_catalog.lead(d0.ord) over w as next_ord,
+            pg_catalog.nextval(pg_catalog.pg_get_serial_sequence(
+                'donto.statement', 'statement_id')) as sid
+        from donto._standing_detect(rev_id) as d0
+        window w as (partition by d0.kind, d0.subject_key order by d0.ord)
+    ),
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time,
+            document_id, derived_from_revision, char_start, char_end
+        ) overriding system value
+        select
+            d.sid,
+            pg_catalog.format('standing:%s/%s', rev_id, d.ord),
+            'mem:standing/' || d.kind,
+            pg_catalog.jsonb_build_object('v', d.statement_text, 'subject', d.subject_key),
+            v_ctx,
+            case
+                when d.said_on is null then '(,)'::daterange
+                when d.next_ord is null or d.next_on is null then
+                    pg_catalog.daterange(d.said_on, null, '[)')
+                when d.next_on > d.said_on then pg_catalog.daterange(d.said_on, d.next_on, '[)')
+                else pg_catalog.daterange(d.said_on, d.said_on, '[]')
+            end,
+            v_doc, rev_id, d.char_start, d.char_end
+        from d
+        order by d.ord
+    )
+    insert into donto.x_standing (
+        statement_id, projection_id, revision_id, ord, kind, subject_key, turn_seq, turn_id,
+        char_start, char_end, detector
+    )
+    select d.sid, v_proj, rev_id, d.ord, d.kind, d.subject_key, d.turn_seq, d.turn_id,
+           d.char_start, d.char_end, 'rules-v1'
+    from d
+    order by d.ord;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.project_standing(bigint, text) is
+'Standing memory: the instructions, preferences and constraints of a revision''s user turns '
+'(rule-based detector rules-v1) as mem:standing/<kind> statements anchored to their turn, '
+'valid until superseded; idempotent; returns the count.';
+
+create or replace function donto.embed_standing(rev_id bigint default null, model text default null)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Embed, inside the database, every standing statement of revision REV_ID (null:
+of every revision) that has no vector for MODEL (null: the default model;
+registered, see donto.embedding_model_id), for recall's standing slots.
+Returns how many vectors were added; a second call adds none.
+*/
+declare
+    v_model integer := donto.embedding_model_id(model);
+    v_name text;
+    v_n integer := 0;
+    r record;
+begin
+    select m.name into v_name from donto.embedding_model as m where m.model_id = v_model;
+    for r in
+        select x.statement_id, s.object_lit ->> 'v' as txt
+        from donto.x_standing as x
+        inner join donto.statement as s on x.statement_id = s.statement_id
+        where (rev_id is null or x.revision_id = rev_id)
+              and not exists (select 1 from donto.x_standing_vector as v
+                              where v.statement_id = x.statement_id and v.model_id = v_model)
+        order by x.statement_id
+    loop
+        insert into donto.x_standing_vector (statement_id, model_id, embedding)
+        values (r.statement_id, v_model, donto.embed_query(r.txt, v_name))
+        on conflict (statement_id, model_id) do nothing;
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto.embed_standing(bigint, text) is
+'Embed the standing statements (of one revision, or all) that have no vector for a model; '
+'returns how many were added.';
+
+create or replace function donto._standing_revisions(p_context_id bigint)
+returns bigint[]
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* The revisions with any projection in context P_CONTEXT_ID (null: every revision),
+   also those a projection there grew into (donto.projection_extension: appends). */
+    select pg_catalog.array_agg(distinct r.revision_id)
+    from (
+        select p.revision_id from donto.projection as p
+        where p_context_id is null or p.context_id = p_context_id
+        union all
+        select pe.revision_id from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where p_context_id is null or p.context_id = p_context_id
+    ) as r;
+$$;
+
+comment on function donto._standing_revisions(bigint) is
+'Revisions projected into a context (recall, extraction or standing): whose standing '
+'statements belong to it.';
+
+create or replace function donto._standing(p_context_id bigint, p_as_of timestamptz)
+returns table (
+    statement_id bigint, revision_id bigint, kind text, subject_key text,
+    statement_text text, char_start integer, char_end integer, valid_time daterange,
+    turn_id integer, superseded_by bigint
+)
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* donto.standing for a context id (null: all); see there. */
+    with vis as (
+        select
+            x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
+            x.char_start, x.char_end, s.valid_time, x.turn_id,
+            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
+        from donto.x_standing as x
+        inner join donto.statement as s on x.statement_id = s.statement_id
+        where x.revision_id = any(donto._standing_revisions(p_context_id))
+              and (p_as_of is null or s.tx_from <= p_as_of)
+              -- a revision extended by one with standing statements of its own is
+              -- covered by it (the longer body holds the same sentences)
+              and not exists (
+                  select 1 from donto.revision_extension as re
+                  inner join donto.x_standing as x2 on x2.revision_id = re.revision_id
+                  inner join donto.statement as s2 on x2.statement_id = s2.statement_id
+                  where re.extends_revision_id = x.revision_id
+                        and (p_as_of is null or s2.tx_from <= p_as_of))
+              and not exists (
+                  select 1 from donto.retraction as rt
+                  where rt.statement_id = x.statement_id
+                        and (p_as_of is null or rt.tx_from <= p_as_of))
+    )
+    select
+        v.statement_id, v.revision_id, v.kind, v.subject_key, v.txt, v.char_start, v.char_end,
+        v.valid_time, v.turn_id,
+        (select l.statement_id from vis as l
+         where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
+               and (l.said_on, l.revision_id, l.char_start)
+               > (v.said_on, v.revision_id, v.char_start)
+         order by l.said_on, l.revision_id, l.char_start
+         limit 1) as superseded_by
+    from vis as v
+    order by v.said_on, v.revision_id, v.char_start;
+$$;
+
+comment on function donto._standing(bigint, timestamptz) is
+'Standing statements of a context id as of a time, with the statement that supersedes each.';
+
+create or replace function donto.standing(context text default null, as_of timestamptz default null)
+returns table (
+    statement_id bigint, revision_id bigint, kind text, subject_key text,
+    statement_text text, char_start integer, char_end integer, valid_time daterange,
+    turn_id integer, superseded_by bigint
+)
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The standing statements (instructions, preferences, constraints) of the
+revisions projected into CONTEXT (a recall, extraction or standing context
+IRI; null: every revision), as the database knew them at AS_OF (recorded by
+then, not retracted by then), in the order they were said. SUPERSEDED_BY is
+the first later statement of the same kind and subject key among those (the
+knowledge-update rule), null for a statement still in force:
+    select statement_text from donto.standing('ctx:memory/episodic/beam/100K/1')
+    where superseded_by is null;
+*/
+declare
+    v_ctx bigint;
+begin
+    if context is not null then
+        select c.context_id into v_ctx from donto.context as c where c.iri = context;
+        if not found then
+            raise exception 'donto.standing: no context %', context using errcode = '22023';
+        end if;
+    end if;
+    return query select * from donto._standing(v_ctx, as_of);
+end;
+$$;
+
+comment on function donto.standing(text, timestamptz) is
+'Standing statements of a context as of a time, in the order said, each with the later '
+'statement that supersedes it (null: still in force).';
+
+create or replace function donto._recall_standing(
+    p_embedding vector, p_context_id bigint, p_as_of timestamptz, p_model_id integer,
+    p_n integer, p_min_similarity double precision
+)
+returns table (
+    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
+    statement_text text, valid_time daterange, similarity double precision
+)
+language sql
+stable
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+The standing slots of donto.recall: at most P_N standing statements in force
+(not superseded) in the context as of P_AS_OF, most similar to the query
+vector first (cosine similarity of their vectors for model P_MODEL_ID, at
+least P_MIN_SIMILARITY); ties to the later statement.
+*/
+    select st.statement_id, st.revision_id, st.char_start, st.char_end, st.statement_text,
+           st.valid_time, (1 - (v.embedding <=> p_embedding))::float8 as similarity
+    from donto._standing(p_context_id, p_as_of) as st
+    inner join donto.x_standing_vector as v
+        on st.statement_id = v.statement_id and v.model_id = p_model_id
+    where st.superseded_by is null
+          and vector_dims(v.embedding) = vector_dims(p_embedding)
+          and 1 - (v.embedding <=> p_embedding) >= p_min_similarity
+    order by (v.embedding <=> p_embedding), st.statement_id desc
+    limit p_n;
+$$;
+
+comment on function donto._recall_standing(vector, bigint, timestamptz, integer, integer, float8) is
+'Standing slots of donto.recall: the in-force standing statements most similar to the query.';
+
+create or replace function donto.ingest_standing_embeddings(
+    p_model_id integer, p_ids bigint[], p_vectors text[]
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Store vectors (pgvector text, one per id) of standing statements P_IDS for
+model P_MODEL_ID, as a client that embeds itself computed them (donto-pg
+embed). Existing vectors are kept; an id that is not a standing statement, a
+wrong dimension or unequal array lengths are refused. Returns the rows added.
+*/
+declare
+    v_dim integer;
+    v_n integer;
+    v_bad bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto.ingest_standing_embeddings: no model %', p_model_id
+            using errcode = '22023';
+    end if;
+    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
+    then
+        raise exception 'donto.ingest_standing_embeddings: % ids but % vectors',
+            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
+            using errcode = '22023';
+    end if;
+    select u.id into v_bad
+    from unnest(p_ids, p_vectors) as u (id, v)
+    where u.v is null or vector_dims(u.v::vector) <> v_dim
+          or not exists (select 1 from donto.x_standing as x where x.statement_id = u.id)
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.ingest_standing_embeddings: statement % is not a standing '
+            'statement or its vector does not have % dimensions', v_bad, v_dim
+            using errcode = '22023';
+    end if;
+    insert into donto.x_standing_vector (statement_id, model_id, embedding)
+    select u.id, p_model_id, u.v::vector
+    from unnest(p_ids, p_vectors) as u (id, v)
+    order by u.id
+    on conflict (statement_id, model_id) do nothing;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ingest_standing_embeddings(integer, bigint[], text[]) is
+'Store client-computed vectors of standing statements for one model; skips existing ones.';
+
+-- The columns of the standing-memory tables (migration 012) that the generic
+-- names of sql/096-comments.sql do not explain.
+comment on column donto.x_standing.ord is
+'Order of the statement in its projection (0-based, in order of appearance in the revision).';
+comment on column donto.x_standing.kind is
+'instruction, preference or constraint (the statement''s predicate is mem:standing/<kind>).';
+comment on column donto.x_standing.subject_key is
+'What the statement is about (sorted stems); same kind and key: the later one supersedes.';
+comment on column donto.x_standing.turn_seq is
+'The turn (donto.turn.seq of the revision) the statement was said in.';
+comment on column donto.x_standing.detector is
+'What found the statement: rules-v1 (donto_pg.core.standing).';
+comment on column donto.x_standing_vector.embedding is
+'The statement text''s vector under the model (for recall''s standing slots).';
+
+
 -- sql/090-roles.sql
 -- Roles and privileges (run last, so it covers every object above).
 --   donto_reader: reads every table and view, calls the read-only functions
 --                 (recall, audit, rendering); cannot write.
 --   donto_writer: reads, and writes ONLY through the security-definer
---                 functions (register_revision, project_recall, ...).
+--                 functions (register_revision, project_recall, ...), except
+--                 INSERT of vectors into donto.embedding (checked by a trigger).
 -- Nobody is granted UPDATE, DELETE or TRUNCATE on a fact table (I3); the
 -- triggers of 010-append-only.sql refuse them even for the owner.
 
@@ -4938,6 +5630,10 @@ revoke create on schema donto from public;
 
 revoke all on all tables in schema donto from public, donto_reader, donto_writer;
 grant select on all tables in schema donto to donto_reader, donto_writer;
+-- The one direct write: vectors, by binary COPY into the writer's own temp table and
+-- donto.ingest_embeddings / ingest_measure_embeddings (security invoker). The trigger
+-- donto._check_embeddings refuses a vector of anything but a recall key.
+grant insert (statement_id, model_id, embedding) on donto.embedding to donto_writer;
 revoke update, delete, truncate on all tables in schema donto from current_user;
 grant update, delete, truncate on donto.setting to current_user;
 
@@ -4951,11 +5647,15 @@ declare
     v_fn regprocedure;
 begin
     -- Read-only API for donto_reader: every function that is not volatile,
-    -- plus the PL/Python loader and the read-only volatile ones named here.
+    -- plus the PL/Python loader and the read-only volatile ones named here; not the
+    -- PL/Python helpers of the projections (_recall_windows, _extraction_blocks, ...),
+    -- whose work grows with their arguments: the definers call them as the owner.
+    revoke execute on all functions in schema donto from donto_reader;
     for v_fn in
         select p.oid::regprocedure
         from pg_catalog.pg_proc as p
         inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
+        inner join pg_catalog.pg_language as l on p.prolang = l.oid
         where n.nspname = 'donto'
               and p.prokind = 'f'
               and (p.provolatile <> 'v'
@@ -4963,9 +5663,123 @@ begin
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor',
                                     'warmup', 'claims_as_of'))
+              and not (l.lanname = 'plpython3u' and p.proname like '\_%'
+                       and p.proname <> '_py_boot')
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;
+end;
+$$;
+
+
+-- sql/095-ddl-guard.sql
+-- The DDL guard (runs last). Outside `donto-pg migrate` and CREATE/ALTER EXTENSION, an
+-- event trigger refuses to drop, alter or replace the objects of schema donto (its
+-- tables, triggers, functions, views, the schema itself) unless the session opts in:
+--     set donto.allow_ddl = 'on';   -- or set_config('donto.allow_ddl', 'on', true)
+-- Creating a NEW table, index, sequence or type, COMMENT, GRANT and REVOKE stay
+-- free. An event trigger needs a superuser: a migrate run by a non-superuser owner
+-- leaves the guard out and says so in a NOTICE.
+-- The event trigger function lives in a schema of its own, donto_guard: a function in
+-- donto would be dropped, with its event triggers, by the very DROP SCHEMA donto CASCADE
+-- it must refuse.
+
+create schema if not exists donto_guard;
+
+comment on schema donto_guard is
+'donto-pg: the DDL guard''s event trigger function (see donto_guard.refuse_ddl).';
+
+revoke all on schema donto_guard from public;
+
+create or replace function donto_guard.refuse_ddl()
+returns event_trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Event trigger function (ddl_command_end and sql_drop): raise 42501 when a command
+changes or drops an object of schema donto (or the schema itself, also under another
+name), unless donto.allow_ddl is 'on' (set by donto-pg migrate and the extension
+scripts for their own transaction) or the command runs inside an extension script.
+Objects of other schemas, temporary objects included, are never refused.
+*/
+declare
+    v_nsp oid := pg_catalog.to_regnamespace('donto');
+    v_what text;
+begin
+    if coalesce(pg_catalog.current_setting('donto.allow_ddl', true), '') = 'on' then
+        return;
+    end if;
+    if tg_event = 'sql_drop' then
+        select d.object_type || ' ' || d.object_identity into v_what
+        from pg_catalog.pg_event_trigger_dropped_objects() as d
+        where not d.is_temporary
+              and (d.schema_name = 'donto'
+                   or (d.object_type = 'schema' and d.object_identity = 'donto'))
+        limit 1;
+    elsif tg_tag not in ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'CREATE INDEX',
+                         'CREATE SEQUENCE', 'CREATE TYPE', 'COMMENT', 'GRANT', 'REVOKE') then
+        select c.object_type || ' ' || c.object_identity into v_what
+        from pg_catalog.pg_event_trigger_ddl_commands() as c
+        where not c.in_extension
+              and (c.object_type = 'schema' and exists (
+                       -- the donto schema, renamed: it holds the I3 trigger function
+                       select 1 from pg_catalog.pg_proc as p
+                       where p.pronamespace = c.objid and p.proname = '_refuse_mutation')
+                   or case c.object_type
+                  when 'schema' then c.objid
+                  when 'trigger' then (
+                      select r.relnamespace from pg_catalog.pg_trigger as t
+                      inner join pg_catalog.pg_class as r on t.tgrelid = r.oid
+                      where t.oid = c.objid)
+                  when 'rule' then (
+                      select r.relnamespace from pg_catalog.pg_rewrite as w
+                      inner join pg_catalog.pg_class as r on w.ev_class = r.oid
+                      where w.oid = c.objid)
+                  when 'policy' then (
+                      select r.relnamespace from pg_catalog.pg_policy as y
+                      inner join pg_catalog.pg_class as r on y.polrelid = r.oid
+                      where y.oid = c.objid)
+                  else (select n.oid from pg_catalog.pg_namespace as n
+                        where n.nspname = c.schema_name)
+                  end = v_nsp)
+        limit 1;
+    end if;
+    if v_what is not null then
+        raise exception 'donto: % of % is refused outside donto-pg migrate', tg_tag, v_what
+            using errcode = '42501',
+            hint = 'Schema changes go through donto-pg migrate or ALTER EXTENSION donto '
+                   'UPDATE. To change it by hand, first: set donto.allow_ddl = ''on''.';
+    end if;
+end;
+$$;
+
+comment on function donto_guard.refuse_ddl() is
+'Event trigger function: refuses DROP/ALTER/CREATE OR REPLACE of schema donto''s objects '
+'outside donto-pg migrate and the extension scripts unless donto.allow_ddl = ''on''.';
+
+do $$
+begin
+    if not (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = current_user) then
+        raise notice 'donto: % is not a superuser: the DDL guard (event trigger '
+            'donto_guard_ddl, see donto.allow_ddl) is not installed', current_user;
+        return;
+    end if;
+    if not exists (select 1 from pg_catalog.pg_event_trigger as e
+                   where e.evtname = 'donto_guard_ddl_end') then
+        create event trigger donto_guard_ddl_end on ddl_command_end
+        execute function donto_guard.refuse_ddl();
+    end if;
+    if not exists (select 1 from pg_catalog.pg_event_trigger as e
+                   where e.evtname = 'donto_guard_ddl') then
+        create event trigger donto_guard_ddl on sql_drop
+        execute function donto_guard.refuse_ddl();
+    end if;
+    -- Also under session_replication_role = replica.
+    alter event trigger donto_guard_ddl_end enable always;
+    alter event trigger donto_guard_ddl enable always;
 end;
 $$;
 
@@ -5592,6 +6406,28 @@ comment on column donto.session_span.first_date is
 comment on column donto.session_span.last_date is
 'Latest date of its turns.';
 
+-- conversations that grow (migration 014)
+comment on column donto.revision_extension.extends_revision_id is
+'The revision this one extends: its body is a prefix of this revision''s body.';
+comment on column donto.revision_extension.prefix_chars is
+'Length of the shared prefix (the extended body), in characters.';
+comment on column donto.projection_extension.extends_revision_id is
+'The revision whose projection this one grew from.';
+comment on column donto.projection_extension.from_char is
+'Character offset from which the windows were cut again (the old last window''s start).';
+comment on column donto.projection_extension.first_chunk_index is
+'Chunk index of the first window cut again.';
+comment on column donto.projection_extension.reused_chunks is
+'Chunks kept from the extended revision (statement, vector and full-text vector).';
+comment on column donto.projection_extension.new_chunks is
+'Chunks cut for the new revision (the old last window again, and the new tail).';
+comment on column donto.projection_extension.superseded_statement_id is
+'The old last window''s chunk statement, retracted as superseded (null if none).';
+comment on column donto.embedding_cache.sha256 is
+'SHA-256 of the embedded text (a recall chunk''s text, an A/B unit''s span text).';
+comment on column donto.embedding_cache.embedding is
+'The vector the model gave that text: identical text is never embedded twice.';
+
 
 -- sql/098-dump.sql
 -- Backup and restore of an extension database (CREATE EXTENSION donto).
@@ -5658,3 +6494,5 @@ begin
 end;
 $$;
 
+
+select pg_catalog.set_config('donto.allow_ddl', pg_catalog.current_setting('donto._allow_ddl_was'), true);

@@ -1,5 +1,6 @@
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
--- remove a fact, for any role, the owner included. Every table of schema
+-- remove a fact, for any role, the owner included, also with session_replication_role =
+-- replica (the triggers are ENABLE ALWAYS). Every table of schema
 -- donto is a fact table except donto.setting (configuration).
 -- A retraction is a new row (donto.retract); "current" and "as of" are
 -- views and functions over the history.
@@ -39,6 +40,9 @@ begin
         execute format(
             'create trigger i3_refuse before update or delete or truncate on %s '
             'for each statement execute function donto._refuse_mutation()', v_table);
+        -- ALWAYS: also under session_replication_role = replica (which skips ordinary
+        -- triggers), so not even the owner with that setting can change a fact.
+        execute format('alter table %s enable always trigger i3_refuse', v_table);
     end loop;
 end;
 $$;

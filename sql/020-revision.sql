@@ -1,5 +1,20 @@
 -- Documents, content-addressed revisions and their turn tables.
 
+create or replace function donto._lock_document(p_document_id bigint)
+returns void
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* One writer per document at a time (advisory lock 2056 for this transaction): taken by
+   donto.register_revision and the append path, so "supersedes" is well defined. */
+    select pg_catalog.pg_advisory_xact_lock(2056, p_document_id::integer);
+$$;
+
+comment on function donto._lock_document(bigint) is
+'Take the document''s writer lock (advisory 2056) for this transaction.';
+
 create or replace function donto.register_revision(
     document_iri text, body text, meta jsonb default '{}'
 )
@@ -45,7 +60,7 @@ begin
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;
     select d.document_id into strict v_doc from donto.document as d where d.iri = document_iri;
     -- One writer per document at a time, so "supersedes" is well defined.
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
 
     select r.revision_id into v_prev from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
@@ -65,6 +80,30 @@ $$;
 comment on function donto.register_revision(text, text, jsonb) is
 'Register a body as an immutable, content-addressed (SHA-256) revision of a document; '
 'idempotent: the same body returns the same revision id.';
+
+create or replace function donto._turn_rows(p_turns jsonb)
+returns table (
+    seq integer, turn_id integer, role text, session integer, exchange integer,
+    time_anchor date, header_start integer, char_start integer, char_end integer, meta jsonb
+)
+language sql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* The rows of a JSON turn table (see donto.record_turns), one per array element. */
+    select x.seq, x.turn_id, x.role, x.session, x.exchange, x.date, x.header_start,
+           x.char_start, x.char_end, coalesce(x.meta, '{}')
+    from pg_catalog.jsonb_to_recordset(p_turns) as x (
+        seq integer, turn_id integer, role text, session integer, exchange integer,
+        date date, header_start integer, char_start integer, char_end integer, meta jsonb
+    );
+$$;
+
+comment on function donto._turn_rows(jsonb) is
+'The rows of a JSON turn table {seq, turn_id, role, session, exchange, date, header_start, '
+'char_start, char_end, meta} (donto.record_turns reads its argument through it).';
 
 create or replace function donto.record_turns(p_revision_id bigint, p_turns jsonb)
 returns integer
@@ -94,19 +133,9 @@ begin
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2057, p_revision_id::integer);
 
-    create temp table if not exists _donto_turns (
-        seq integer, turn_id integer, role text, session integer, exchange integer,
-        time_anchor date, header_start integer, char_start integer, char_end integer, meta jsonb
-    ) on commit drop;
-    truncate _donto_turns;
-    insert into _donto_turns
-    select x.seq, x.turn_id, x.role, x.session, x.exchange, x.date, x.header_start,
-           x.char_start, x.char_end, coalesce(x.meta, '{}')
-    from pg_catalog.jsonb_to_recordset(p_turns) as x (
-        seq integer, turn_id integer, role text, session integer, exchange integer,
-        date date, header_start integer, char_start integer, char_end integer, meta jsonb
-    );
-    get diagnostics v_n = row_count;
+    -- The rows are read from the argument each time (donto._turn_rows), never staged in
+    -- a temp table: a definer must touch nothing a caller can create or shadow.
+    v_n := pg_catalog.jsonb_array_length(p_turns);
 
     select pg_catalog.format('turn seq %s: %s', t.seq, t.problem) into v_bad
     from (
@@ -132,7 +161,7 @@ begin
                 t.*,
                 (pg_catalog.row_number() over (order by t.seq) - 1)::integer as rn,
                 pg_catalog.lag(t.char_end) over (order by t.seq) as prev_end
-            from _donto_turns as t
+            from donto._turn_rows(p_turns) as t
         ) as s
     ) as t
     where t.problem is not null
@@ -148,7 +177,7 @@ begin
         if v_have = v_n and not exists (
             select t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
                    t.header_start, t.char_start, t.char_end
-            from _donto_turns as t
+            from donto._turn_rows(p_turns) as t
             except
             select t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
                    t.header_start, t.char_start, t.char_end
@@ -164,7 +193,7 @@ begin
                             header_start, char_start, char_end, meta)
     select p_revision_id, t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
            t.header_start, t.char_start, t.char_end, t.meta
-    from _donto_turns as t;
+    from donto._turn_rows(p_turns) as t;
     return v_n;
 end;
 $$;

@@ -176,45 +176,58 @@ declare
     v_n integer;
 begin
     perform pg_catalog.pg_advisory_xact_lock(2059, rev_id::integer);
-    create temp table _donto_lexical on commit drop as
-    select m.statement_id, m.projection_id, m.char_start, m.char_end,
-           s.object_lit ->> 'v' as chunk_text
-    from donto.x_memory_record as m
-    inner join donto.statement as s on m.statement_id = s.statement_id
-    where m.revision_id = rev_id
-          and not exists (select 1 from donto.x_memory_lexical as l
-                          where l.statement_id = m.statement_id);
-    -- The user's own words in each chunk: the content of user turns, cut to the chunk.
-    create index _donto_lexical_span on _donto_lexical
-    using gist (pg_catalog.int4range(char_start, char_end));
-    analyze _donto_lexical;
-    create temp table _donto_user_text on commit drop as
-    select
-        c.statement_id,
-        pg_catalog.string_agg(
-            pg_catalog.substr(
-                c.chunk_text,
-                greatest(t.char_start, c.char_start) - c.char_start + 1,
-                least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
-            ' ' order by t.seq
-        ) as user_text
-    from donto.turn as t
-    inner join _donto_lexical as c
-        on pg_catalog.int4range(c.char_start, c.char_end)
-        && pg_catalog.int4range(t.char_start, t.char_end)
-    where t.revision_id = rev_id and t.role = 'user'
-    group by c.statement_id;
+    -- One statement, no temp table (a definer touches nothing a caller can shadow). The
+    -- user turns overlapping a chunk [cs, ce) are the last turn whose header starts before
+    -- cs (turn spans are ordered and disjoint) and the turns whose headers start in
+    -- [cs, ce): two probes of donto.turn_revision_header_idx per chunk.
+    with c as materialized (
+        select m.statement_id, m.projection_id, m.char_start, m.char_end,
+               s.object_lit ->> 'v' as chunk_text
+        from donto.x_memory_record as m
+        inner join donto.statement as s on m.statement_id = s.statement_id
+        where m.revision_id = rev_id
+              and not exists (select 1 from donto.x_memory_lexical as l
+                              where l.statement_id = m.statement_id)
+    ),
+
+    u as (
+        -- The user's own words in each chunk: the content of user turns, cut to the chunk.
+        select
+            c.statement_id,
+            pg_catalog.string_agg(
+                pg_catalog.substr(
+                    c.chunk_text,
+                    greatest(t.char_start, c.char_start) - c.char_start + 1,
+                    least(t.char_end, c.char_end) - greatest(t.char_start, c.char_start)),
+                ' ' order by t.seq
+            ) as user_text
+        from c
+        cross join lateral (
+            (select t0.seq, t0.role, t0.char_start, t0.char_end
+             from donto.turn as t0
+             where t0.revision_id = rev_id and t0.header_start < c.char_start
+             order by t0.header_start desc, t0.seq desc
+             limit 1)
+            union all
+            (select t1.seq, t1.role, t1.char_start, t1.char_end
+             from donto.turn as t1
+             where t1.revision_id = rev_id and t1.header_start >= c.char_start
+                   and t1.header_start < c.char_end)
+        ) as t
+        where t.role = 'user' and t.char_start < t.char_end
+              and t.char_start < c.char_end and t.char_end > c.char_start
+        group by c.statement_id
+    )
+
     insert into donto.x_memory_lexical (statement_id, projection_id, tsv)
     select c.statement_id, c.projection_id,
            pg_catalog.setweight(pg_catalog.to_tsvector('pg_catalog.english', c.chunk_text), 'D')
            || pg_catalog.setweight(
                pg_catalog.to_tsvector('pg_catalog.english', coalesce(u.user_text, '')), 'A')
-    from _donto_lexical as c
-    left join _donto_user_text as u on c.statement_id = u.statement_id
+    from c
+    left join u on c.statement_id = u.statement_id
     order by c.statement_id;
     get diagnostics v_n = row_count;
-    drop table _donto_user_text;
-    drop table _donto_lexical;
     return v_n;
 end;
 $$;
@@ -407,6 +420,36 @@ $py$;
 comment on function donto.embed_query(text, text) is
 'Embed a text inside the database with a sentence-transformers model (cached per backend).';
 
+create or replace function donto._check_query(
+    p_query text, p_function text, p_blank_ok boolean default false
+)
+returns void
+language plpgsql
+immutable
+parallel safe
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (22023) a recall query that is null, empty or only blanks (spaces, tabs,
+newlines: unless P_BLANK_OK), or longer than 10,000 characters (a question, not a
+document: the embedder reads its first few hundred tokens, and every function a
+reader may call does bounded work). P_FUNCTION names the caller in the message.
+*/
+begin
+    if not p_blank_ok and (p_query is null or p_query ~ '^[[:space:]]*$') then
+        raise exception '%: query is empty', p_function using errcode = '22023';
+    end if;
+    if pg_catalog.char_length(p_query) > 10000 then
+        raise exception '%: the query has % characters, more than 10,000', p_function,
+            pg_catalog.char_length(p_query) using errcode = '22023';
+    end if;
+end;
+$$;
+
+comment on function donto._check_query(text, text, boolean) is
+'Refuse (22023) an empty or blank-only recall query, or one over 10,000 characters.';
+
 create or replace function donto._recall_setting(p_name text, p_default text)
 returns text
 language sql
@@ -485,6 +528,13 @@ declare
     v_n double precision;
     v_terms text[];
     v_tqs tsquery[];
+    v_tws double precision[];
+    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
+        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
+        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
+        'told,want}')::text[];
+    v_scaffold_w double precision := donto._recall_setting(
+        'recall_lexical_scaffold_weight', '0.5')::float8;
     v_dfs double precision[];
     v_idfs double precision[];
     v_sel tsquery;
@@ -496,8 +546,11 @@ declare
     v_scores double precision[];
     r record;
 begin
-    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t)
-    into v_terms, v_tqs
+    perform donto._check_query(p_query, 'donto._recall_lexical', true);
+    select pg_catalog.array_agg(q.t order by q.t), pg_catalog.array_agg(q.tq order by q.t),
+           pg_catalog.array_agg(case when q.t = any(v_scaffold) then v_scaffold_w else 1 end
+                                order by q.t)
+    into v_terms, v_tqs, v_tws
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
           from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
     ) as q;
@@ -540,16 +593,16 @@ begin
             select pg_catalog.count(*)::float8 as n from chunks
         ),
         terms as (
-            select t.tq, pg_catalog.count(c.statement_id)::float8 as df
-            from pg_catalog.unnest(v_tqs) as t (tq)
+            select t.tq, t.w, pg_catalog.count(c.statement_id)::float8 as df
+            from unnest(v_tqs, v_tws) as t (tq, w)
             left join chunks as c on c.tsv @@ t.tq
-            group by t.tq
+            group by t.tq, t.w
         ),
         scored as (
             select
                 c.statement_id,
                 pg_catalog.sum(
-                    pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
+                    t.w * pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
                     * pg_catalog.ts_rank(v_weights, c.tsv, t.tq, 1)
                 )::float8 as score
             from chunks as c
@@ -573,11 +626,12 @@ begin
     -- Budgeted: df estimated from the column statistics.
     select
         pg_catalog.array_agg(e.df order by e.i),
-        pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
+        pg_catalog.array_agg(
+            e.w * pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
     into v_dfs, v_idfs
     from (
-        select t.i, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
-        from pg_catalog.unnest(v_terms) with ordinality as t (t, i)
+        select t.i, t.w, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
+        from unnest(v_terms, v_tws) with ordinality as t (t, w, i)
         left join (
             select
                 x.most_common_elems::text::text[] as elems,
@@ -668,13 +722,31 @@ vector arm by cosine distance, the lexical arm by donto._recall_lexical. The
 vector arm of one context reads that context's vectors alone: through its own
 HNSW index when it has one (more than donto.recall_exact_max() chunks, default
 10,000, see donto.ensure_embedding_index), else by an exact scan of its rows
-(POOL defaults to max(10 k, 100)) when it has at most that many. Otherwise
-(every context, or a large context whose index is not built yet) it uses the
-model's HNSW index over every context. HNSW scans are iterative (filters never
-return fewer than k rows), POOL defaults to max(4 k, 40) and hnsw.ef_search is
-1.1 POOL times the index's rows per searched chunk, that ratio capped at 2 (at
-least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
+when it has at most that many. Otherwise (every context, or a large context
+whose index is not built yet) it uses the model's HNSW index over every
+context. HNSW scans are iterative (filters never return fewer than k rows) and
+hnsw.ef_search is 1.1 POOL times the index's rows per searched chunk, that
+ratio capped at 2 (at least 40, at most 1,000). Setting donto.recall_layout = 'model' ignores the
 per-context access paths (the layout before migration 011, for comparison).
+
+POOL defaults to a share of the N searched chunks,
+ceil(donto.recall_pool_share x N) (default 0.05) bounded by
+donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
+the HNSW path donto.recall_pool_max_index, default 200, bounds it instead, for
+latency), and never to less than k. It does not depend on k otherwise, so the first k rows
+of a call with a larger k are the rows of the call with k (as long as k is at
+most the pool).
+
+Standing slots (ARMS 'hybrid' only): after the first
+donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
+statements in force (donto.standing: not superseded, as of AS_OF) of the
+revisions projected into the context, most similar to the query vector, at
+most donto.recall_standing_slots (default 2) and only those with cosine
+similarity at least donto.recall_standing_min (default 0.35); they count
+against k. Such a row has the standing statement's id, revision and char span
+(its sentence in the user turn), its text as chunk_text, its valid time, the
+similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
+at least one rank). Standing statements need vectors (donto.embed_standing).
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -704,6 +776,22 @@ declare
     v_own_index boolean := false;
     v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
+    v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
+    v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
+    v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
+    v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '200')::integer;
+    v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
+    v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
+    v_chunks integer := 0;
+    v_st_done boolean;
+    v_st_ids bigint[];
+    v_st_revs bigint[];
+    v_st_starts integer[];
+    v_st_ends integer[];
+    v_st_texts text[];
+    v_st_valid daterange[];
+    v_st_sims double precision[];
+    v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
@@ -714,6 +802,7 @@ declare
     v_hit donto.recall_hit;
     r record;
 begin
+    perform donto._check_query(query, 'donto.recall_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall: k must be >= 1' using errcode = '22023';
     end if;
@@ -770,8 +859,11 @@ begin
             'donto.embedding_hnsw_m%s_c%s', v_model, v_ctx)) is not null;
     end if;
     v_exact := not v_own_index and v_n <= v_exact_max;
-    v_pool := coalesce(pool, case when v_exact then greatest(k * 10, 100)
-                                  else greatest(k * 4, 40) end);
+    -- The default pool depends on the context's size, never on k: a larger k
+    -- only reads further down the same ranking (k above the pool widens it).
+    v_pool := coalesce(pool, greatest(k, least(
+        case when v_exact then v_pool_max else v_pool_max_index end,
+        greatest(v_pool_min, pg_catalog.ceil(v_pool_share * v_n)::integer))));
     if arms <> 'lexical' then
         perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
         -- ef_search: the pool, widened by the share of the index that is outside
@@ -786,6 +878,27 @@ begin
             40, pg_catalog.ceil(1.1 * v_pool * least(2, greatest(1, v_total / greatest(v_n, 1))))
         ))::integer::text, true);
     end if;
+
+    -- Standing slots: the standing statements in force most similar to the
+    -- query (hybrid arm only; at most donto.recall_standing_slots), placed after
+    -- the first donto.recall_standing_after chunk rows.
+    if arms = 'hybrid' and v_slots > 0 then
+        select
+            pg_catalog.array_agg(x.statement_id order by x.o),
+            pg_catalog.array_agg(x.revision_id order by x.o),
+            pg_catalog.array_agg(x.char_start order by x.o),
+            pg_catalog.array_agg(x.char_end order by x.o),
+            pg_catalog.array_agg(x.statement_text order by x.o),
+            pg_catalog.array_agg(x.valid_time order by x.o),
+            pg_catalog.array_agg(x.similarity order by x.o)
+        into v_st_ids, v_st_revs, v_st_starts, v_st_ends, v_st_texts, v_st_valid, v_st_sims
+        from donto._recall_standing(embedding, v_ctx, as_of, v_model, v_slots, v_min_sim)
+            with ordinality as x (
+                statement_id, revision_id, char_start, char_end, statement_text, valid_time,
+                similarity, o
+            );
+    end if;
+    v_st_done := v_st_ids is null;
 
     for r in execute pg_catalog.format($q$
         with vec as (
@@ -928,12 +1041,35 @@ begin
         continue when v_clash;
         v_kept := v_kept || v_span;
         v_kept_rev := v_kept_rev || r.derived_from_revision;
+        if not v_st_done and v_chunks >= v_after then
+            v_st_done := true;
+            for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+                v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                             v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+                return next v_hit;
+                v_rows := v_rows + 1;
+                if v_rows >= k then
+                    return;
+                end if;
+            end loop;
+        end if;
         v_hit := row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
                      r.chunk_text, r.valid_time, r.score, r.vr, r.lr);
         return next v_hit;
         v_rows := v_rows + 1;
+        v_chunks := v_chunks + 1;
         exit when v_rows >= k;
     end loop;
+    -- Fewer chunk rows than donto.recall_standing_after: the standing rows follow them.
+    if not v_st_done then
+        for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
+            exit when v_rows >= k;
+            v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                         v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
+            return next v_hit;
+            v_rows := v_rows + 1;
+        end loop;
+    end if;
 end;
 $$;
 
@@ -967,9 +1103,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
-    if query is null or btrim(query) = '' then
-        raise exception 'donto.recall: query is empty' using errcode = '22023';
-    end if;
+    perform donto._check_query(query, 'donto.recall');
     if arms <> 'lexical' then
         select m.name into v_model from donto.embedding_model as m
         where m.model_id = donto.embedding_model_id(model);
@@ -984,18 +1118,75 @@ comment on function donto.recall(text, integer, text, timestamptz, text, text, i
 'Recall from psql: top-K chunks for a text query (hybrid vector + lexical, fused), '
 'with statement id, revision, char span, text, valid time, score and each arm''s rank.';
 
+create or replace function donto._check_embeddings()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Statement trigger on donto.embedding (AFTER INSERT, transition table new_rows): every
+vector added belongs to a recall key (a recall chunk, an A/B unit or a session summary)
+and has its model's dimension. donto_writer may INSERT into donto.embedding (the
+binary-COPY path of donto.ingest_embeddings), so the check lives on the table.
+A superuser restoring a dump (pg_dump scripts set check_function_bodies = off) is not
+checked: pg_dump orders an extension's table data by foreign keys only, so vectors may
+arrive before the recall keys they belong to.
+*/
+declare
+    v_bad bigint;
+begin
+    if pg_catalog.current_setting('is_superuser') = 'on'
+       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+        return null;
+    end if;
+    select n.statement_id into v_bad
+    from new_rows as n
+    inner join donto.embedding_model as m on n.model_id = m.model_id
+    where vector_dims(n.embedding) <> m.dimension
+          or not (exists (select 1 from donto.x_memory_record as r
+                          where r.statement_id = n.statement_id)
+                  or exists (select 1 from donto.ab_unit as u
+                             where u.statement_id = n.statement_id)
+                  or exists (select 1 from donto.x_session_summary as y
+                             where y.statement_id = n.statement_id))
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.embedding: statement % is not a recall key (chunk, A/B unit or '
+            'session summary) or its vector does not have its model''s dimension', v_bad
+            using errcode = '22023';
+    end if;
+    return null;
+end;
+$$;
+
+comment on function donto._check_embeddings() is
+'Trigger function: every vector inserted into donto.embedding belongs to a recall key and '
+'has its model''s dimension (SQLSTATE 22023 otherwise).';
+
+create or replace trigger embedding_check
+after insert on donto.embedding
+referencing new table as new_rows
+for each statement execute function donto._check_embeddings();
+
+alter table donto.embedding enable always trigger embedding_check;
+
 create or replace function donto.ingest_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move the vectors the caller staged (binary COPY into its temp table
+Move the vectors the caller staged (binary COPY into its own temp table
 _donto_embedding_stage(statement_id, embedding)) into donto.embedding for one
 model. Vectors that already exist are skipped (resumable); a wrong dimension or
 a statement that is not a recall chunk is refused. Returns the rows added.
+SECURITY INVOKER: it reads the caller's own temp table with the caller's rights
+(donto_writer may INSERT into donto.embedding, checked by donto._check_embeddings);
+a definer must never read what a caller can create.
 */
 declare
     v_dim integer;
@@ -1026,4 +1217,5 @@ end;
 $$;
 
 comment on function donto.ingest_embeddings(integer) is
-'Move staged vectors (temp table _donto_embedding_stage) into donto.embedding; skips existing.';
+'Move the caller''s staged vectors (its temp table _donto_embedding_stage) into '
+'donto.embedding; skips existing. Security invoker.';

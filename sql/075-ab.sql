@@ -170,57 +170,66 @@ begin
     values (p_revision_id, 'extraction', v_strategy, v_params, v_ctx)
     returning projection_id into v_proj;
 
+    -- Straight from the block functions into the tables, no temp table (a definer touches
+    -- nothing a caller can create or shadow).
     if v_arm.strategy = 'fixed' then
-        create temp table _donto_ab_blocks on commit drop as
-        select * from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer);
+        insert into donto.extraction_block (
+            projection_id, revision_id, seq, kind, char_start, char_end, turns,
+            prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+        )
+        select
+            v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+            b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+            case when b.min_date is null then '(,)'::daterange
+                 else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+        from donto._ab_fixed_blocks(p_revision_id, (v_arm.params ->> 'window')::integer) as b
+        order by b.seq;
     else
-        create temp table _donto_ab_blocks on commit drop as
-        select * from donto._extraction_blocks(p_revision_id, v_arm.params);
+        insert into donto.extraction_block (
+            projection_id, revision_id, seq, kind, char_start, char_end, turns,
+            prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+        )
+        select
+            v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
+            b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
+            case when b.min_date is null then '(,)'::daterange
+                 else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
+        from donto._extraction_blocks(p_revision_id, v_arm.params) as b
+        order by b.seq;
     end if;
 
-    insert into donto.extraction_block (
-        projection_id, revision_id, seq, kind, char_start, char_end, turns,
-        prefix_start, prefix_end, prefix_turn_seq, split, valid_time
+    with u as materialized (
+        select
+            b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
+            donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
+            pg_catalog.nextval(
+                pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id')) as sid
+        from donto.extraction_block as b
+        where b.projection_id = v_proj
+    ),
+
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
+            derived_from_revision, char_start, char_end
+        ) overriding system value
+        select
+            u.sid, 'block:' || u.block_id, 'mem:measure/unit',
+            pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id,
+                                          'seq', u.seq, 'kind', u.kind),
+            v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
+        from u
+        order by u.seq
     )
-    select
-        v_proj, p_revision_id, b.seq, b.kind, b.char_start, b.char_end, b.turns,
-        b.prefix_start, b.prefix_end, b.prefix_turn_seq, b.split,
-        case when b.min_date is null then '(,)'::daterange
-             else pg_catalog.daterange(b.min_date, b.max_date, '[]') end
-    from _donto_ab_blocks as b
-    order by b.seq;
-    drop table _donto_ab_blocks;
-
-    create temp table _donto_ab_units on commit drop as
-    select
-        b.block_id, b.seq, b.kind, b.char_start, b.char_end, b.valid_time,
-        donto.span_text(p_revision_id, b.char_start, b.char_end) as unit_text,
-        pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('donto.statement', 'statement_id'))
-            as sid
-    from donto.extraction_block as b
-    where b.projection_id = v_proj;
-
-    insert into donto.statement (
-        statement_id, subject, predicate, object_lit, context_id, valid_time, document_id,
-        derived_from_revision, char_start, char_end
-    ) overriding system value
-    select
-        u.sid, 'block:' || u.block_id, 'mem:measure/unit',
-        pg_catalog.jsonb_build_object('arm', v_arm.name, 'block_id', u.block_id, 'seq', u.seq,
-                                      'kind', u.kind),
-        v_ctx, u.valid_time, v_doc, p_revision_id, u.char_start, u.char_end
-    from _donto_ab_units as u
-    order by u.seq;
 
     insert into donto.ab_unit (
         statement_id, arm_id, block_id, revision_id, char_start, char_end, tsv
     )
     select u.sid, v_arm.arm_id, u.block_id, p_revision_id, u.char_start, u.char_end,
            pg_catalog.to_tsvector('pg_catalog.english', u.unit_text)
-    from _donto_ab_units as u
+    from u
     order by u.seq;
     get diagnostics v_n = row_count;
-    drop table _donto_ab_units;
     return v_n;
 end;
 $$;
@@ -336,14 +345,16 @@ create or replace function donto.ingest_measure_embeddings(p_model_id integer)
 returns integer
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-Move vectors staged by the caller (temp table _donto_embedding_stage(statement_id,
+Move vectors staged by the caller (its own temp table _donto_embedding_stage(statement_id,
 embedding)) into donto.embedding for one model, for A/B units and session summaries
 only (recall chunks go through donto.ingest_embeddings). Existing vectors are kept;
 a wrong dimension or another kind of statement is refused. Returns the rows added.
+SECURITY INVOKER, like donto.ingest_embeddings: the caller's temp table is read with
+the caller's rights.
 */
 declare
     v_dim integer;
@@ -377,8 +388,8 @@ end;
 $$;
 
 comment on function donto.ingest_measure_embeddings(integer) is
-'Move staged vectors of A/B units and session summaries into donto.embedding (skips '
-'existing). Volatile, security definer.';
+'Move the caller''s staged vectors of A/B units and session summaries into donto.embedding '
+'(skips existing). Volatile, security invoker.';
 
 create or replace function donto.ab_reuse_embeddings(
     p_arm text, p_model_id integer, p_revision_ids bigint[]
@@ -454,6 +465,7 @@ declare
     v_model integer;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.ab_recall_units', true);
     if k is null or k < 1 then
         raise exception 'donto.ab_recall_units: k must be >= 1' using errcode = '22023';
     end if;

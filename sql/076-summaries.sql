@@ -157,6 +157,7 @@ declare
     v_ctx bigint;
     v_pool integer := coalesce(pool, greatest(k * 5, 50));
 begin
+    perform donto._check_query(query, 'donto.recall_summaries_by_vector', true);
     if k is null or k < 1 then
         raise exception 'donto.recall_summaries: k must be >= 1' using errcode = '22023';
     end if;
@@ -278,6 +279,7 @@ declare
     v_vec vector;
     v_model text := model;
 begin
+    perform donto._check_query(query, 'donto.recall_summaries');
     if query is null or btrim(query) = '' then
         raise exception 'donto.recall_summaries: query is empty' using errcode = '22023';
     end if;

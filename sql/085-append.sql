@@ -82,7 +82,7 @@ begin
         raise exception 'donto.extend_revision: no document % (load it first)', document_iri
             using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
 
     select r.revision_id into v_rev from donto.revision as r
     where r.sha256 = v_sha and r.document_id = v_doc;
@@ -199,6 +199,12 @@ begin
         perform donto.project_extraction(p_revision_id, v_p.params);
         v_n := v_n + 1;
     end loop;
+    -- Standing statements (sql/086) are cut from the whole revision (rules, cheap).
+    if exists (select 1 from donto.projection as p
+               where p.revision_id = p_base and p.kind = 'standing') then
+        perform donto.project_standing(p_revision_id);
+        v_n := v_n + 1;
+    end if;
     return v_n;
 end;
 $$;
@@ -246,7 +252,7 @@ begin
         raise exception 'donto.append_turns: no document % (load it first)', document_iri
             using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2056, v_doc::integer);
+    perform donto._lock_document(v_doc);
     select r.* into v_base from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
 
@@ -328,7 +334,7 @@ begin
     where r.revision_id = p_revision_id;
     select x.extends_revision_id into strict v_base from donto.revision_extension as x
     where x.revision_id = p_revision_id;
-    perform pg_catalog.pg_advisory_xact_lock(2061, p_projection_id::integer);
+    perform pg_catalog.pg_advisory_xact_lock(2064, p_projection_id::integer);
 
     -- How many chunks the base revision has in this projection.
     select pe.reused_chunks + pe.new_chunks into v_before
@@ -534,9 +540,15 @@ as $$
 /*
 After vectors are inserted into donto.embedding: key them by content in
 donto.embedding_cache (recall chunks by their text, A/B units by the text of
-their span, as the embed step encodes them). Existing keys are kept.
+their span, as the embed step encodes them). Existing keys are kept. A superuser
+restoring a dump (check_function_bodies = off) fills nothing: the dump brings the
+cache's own rows.
 */
 begin
+    if pg_catalog.current_setting('is_superuser') = 'on'
+       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+        return null;
+    end if;
     insert into donto.embedding_cache (model_id, sha256, embedding)
     select distinct on (n.model_id, x.sha) n.model_id, x.sha, n.embedding
     from new_rows as n

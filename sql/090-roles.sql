@@ -2,7 +2,8 @@
 --   donto_reader: reads every table and view, calls the read-only functions
 --                 (recall, audit, rendering); cannot write.
 --   donto_writer: reads, and writes ONLY through the security-definer
---                 functions (register_revision, project_recall, ...).
+--                 functions (register_revision, project_recall, ...), except
+--                 INSERT of vectors into donto.embedding (checked by a trigger).
 -- Nobody is granted UPDATE, DELETE or TRUNCATE on a fact table (I3); the
 -- triggers of 010-append-only.sql refuse them even for the owner.
 
@@ -25,6 +26,10 @@ revoke create on schema donto from public;
 
 revoke all on all tables in schema donto from public, donto_reader, donto_writer;
 grant select on all tables in schema donto to donto_reader, donto_writer;
+-- The one direct write: vectors, by binary COPY into the writer's own temp table and
+-- donto.ingest_embeddings / ingest_measure_embeddings (security invoker). The trigger
+-- donto._check_embeddings refuses a vector of anything but a recall key.
+grant insert (statement_id, model_id, embedding) on donto.embedding to donto_writer;
 revoke update, delete, truncate on all tables in schema donto from current_user;
 grant update, delete, truncate on donto.setting to current_user;
 
@@ -38,11 +43,15 @@ declare
     v_fn regprocedure;
 begin
     -- Read-only API for donto_reader: every function that is not volatile,
-    -- plus the PL/Python loader and the read-only volatile ones named here.
+    -- plus the PL/Python loader and the read-only volatile ones named here; not the
+    -- PL/Python helpers of the projections (_recall_windows, _extraction_blocks, ...),
+    -- whose work grows with their arguments: the definers call them as the owner.
+    revoke execute on all functions in schema donto from donto_reader;
     for v_fn in
         select p.oid::regprocedure
         from pg_catalog.pg_proc as p
         inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
+        inner join pg_catalog.pg_language as l on p.prolang = l.oid
         where n.nspname = 'donto'
               and p.prokind = 'f'
               and (p.provolatile <> 'v'
@@ -50,6 +59,8 @@ begin
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor',
                                     'warmup', 'claims_as_of'))
+              and not (l.lanname = 'plpython3u' and p.proname like '\_%'
+                       and p.proname <> '_py_boot')
     loop
         execute pg_catalog.format('grant execute on function %s to donto_reader', v_fn);
     end loop;

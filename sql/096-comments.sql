@@ -618,3 +618,25 @@ comment on column donto.session_span.first_date is
 'Earliest date of its turns.';
 comment on column donto.session_span.last_date is
 'Latest date of its turns.';
+
+-- conversations that grow (migration 014)
+comment on column donto.revision_extension.extends_revision_id is
+'The revision this one extends: its body is a prefix of this revision''s body.';
+comment on column donto.revision_extension.prefix_chars is
+'Length of the shared prefix (the extended body), in characters.';
+comment on column donto.projection_extension.extends_revision_id is
+'The revision whose projection this one grew from.';
+comment on column donto.projection_extension.from_char is
+'Character offset from which the windows were cut again (the old last window''s start).';
+comment on column donto.projection_extension.first_chunk_index is
+'Chunk index of the first window cut again.';
+comment on column donto.projection_extension.reused_chunks is
+'Chunks kept from the extended revision (statement, vector and full-text vector).';
+comment on column donto.projection_extension.new_chunks is
+'Chunks cut for the new revision (the old last window again, and the new tail).';
+comment on column donto.projection_extension.superseded_statement_id is
+'The old last window''s chunk statement, retracted as superseded (null if none).';
+comment on column donto.embedding_cache.sha256 is
+'SHA-256 of the embedded text (a recall chunk''s text, an A/B unit''s span text).';
+comment on column donto.embedding_cache.embedding is
+'The vector the model gave that text: identical text is never embedded twice.';

@@ -17,9 +17,16 @@
     if it reaches ``fuzzy_threshold``; only near ``near``, or over the whole body when it
     is smaller than ``small_body`` characters.  Score = ratio.
 
-Known limit: on a large body, outside the near window, a letter whose case folding is
+Known limits: on a large body, outside the near window, a letter whose case folding is
 several letters (``ß`` -> ``ss``, ``ﬁ`` -> ``fi``) only matches when written the same way
-in the quote and in the body.
+in the quote and in the body, and a normalized match longer than ``2 * len(quote) + 256``
+characters (a quote spread over huge blank runs) is not found; fuzzy matching is tried
+only for quotes of at most :data:`FUZZY_MAX_QUOTE` normalized characters (``difflib`` is
+quadratic).
+
+Bounded work: every loop calls ``check()`` (when given) now and then; the server passes
+one that lets PostgreSQL act on a pending cancel or ``statement_timeout``
+(``donto_pg.plpy_entry``), so a caller can always stop a search.
 """
 
 from __future__ import annotations
@@ -27,9 +34,19 @@ from __future__ import annotations
 import bisect
 import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-__all__ = ["anchor", "normalize"]
+__all__ = ["FUZZY_MAX_QUOTE", "anchor", "normalize"]
+
+#: Longest normalized quote tried by the fuzzy pass (one ``difflib`` ratio is quadratic
+#: in it; at 1,000 characters it takes at most a few tenths of a second).
+FUZZY_MAX_QUOTE = 1000
+#: Characters of body searched per regular-expression call (a cancel is seen in between).
+_SLICE = 2048
+
+
+def _never() -> None:
+    """The default ``check``: never interrupts."""
 
 _QUOTES = {
     "\u2018": "'",
@@ -65,14 +82,17 @@ _SEP = r"[*_`]*+"
 _WS = r"[*_`]*+\s[\s*_`]*+"
 
 
-def _normalize_map(text: str, start: int = 0, end: int | None = None) -> tuple[str, list[int]]:
+def _normalize_map(text: str, start: int = 0, end: int | None = None,
+                   check: Callable[[], None] = _never) -> tuple[str, list[int]]:
     """Normalize ``text[start:end]``; also return, per output char, its source index."""
     if end is None:
         end = len(text)
     out: list[str] = []
     src: list[int] = []
     pending = -1  # index of the first blank of a run waiting to become one space
-    for m in _TOKEN.finditer(text, start, end):
+    for k, m in enumerate(_TOKEN.finditer(text, start, end)):
+        if not k & 4095:
+            check()
         if m.group(1) is not None:
             if pending < 0:
                 pending = m.start()
@@ -117,13 +137,41 @@ def _distance(near: int, s: int, e: int) -> int:
     return 0
 
 
-def _exact(body: str, quote: str, near: int | None) -> tuple[int, int] | None:
+def _last_before(body: str, quote: str, end: int, stop: int,
+                 check: Callable[[], None]) -> int:
+    """Start of the last occurrence of ``quote`` inside ``body[stop:end]``, or -1.
+
+    Forward ``str.find`` over windows walking back from ``end`` (``str.rfind`` is not
+    linear in the worst case: a near-miss quote made it run for minutes)."""
+    n = len(quote)
+    width = 4 * n + 65536
+    hi = end
+    while hi - n >= stop:
+        check()
+        lo = max(stop, hi - width)
+        last = -1
+        i = body.find(quote, lo, hi)
+        while i >= 0:
+            last = i
+            i = body.find(quote, i + 1, hi)
+        if last >= 0:
+            return last
+        if lo == stop:
+            break
+        hi = lo + n - 1  # occurrences straddling lo were not inside [lo, hi)
+    return -1
+
+
+def _exact(body: str, quote: str, near: int | None,
+           check: Callable[[], None] = _never) -> tuple[int, int] | None:
     n = len(quote)
     if near is None:
         i = body.find(quote)
         return (i, i + n) if i >= 0 else None
-    left = body.rfind(quote, 0, near)  # occurrences ending at or before near
     right = body.find(quote, max(0, near - n + 1))  # occurrences containing or after near
+    # occurrences ending at or before near, no farther from it than the right one
+    stop = 0 if right < 0 else max(0, near - (right - near) - n)
+    left = _last_before(body, quote, near, stop, check)
     best: tuple[int, int] | None = None
     for i in (left, right):
         if i >= 0 and (best is None or _distance(near, i, i + n) < _distance(near, *best)):
@@ -132,15 +180,17 @@ def _exact(body: str, quote: str, near: int | None) -> tuple[int, int] | None:
 
 
 def _mapped_hits(
-    body: str, nq: str, lo: int, hi: int, nmap: tuple[str, list[int]] | None = None
+    body: str, nq: str, lo: int, hi: int, nmap: tuple[str, list[int]] | None = None,
+    check: Callable[[], None] = _never,
 ) -> Iterator[tuple[int, int]]:
     """Spans in ``body[lo:hi]`` whose normalization is exactly ``nq``.
 
     ``nmap`` is ``_normalize_map(body, lo, hi)`` when already computed.
     """
-    norm, src = nmap if nmap is not None else _normalize_map(body, lo, hi)
+    norm, src = nmap if nmap is not None else _normalize_map(body, lo, hi, check)
     i = norm.find(nq)
     while i >= 0:
+        check()
         s, e = src[i], src[i + len(nq) - 1] + 1
         if normalize(body[s:e]) == nq:
             yield s, e
@@ -176,18 +226,33 @@ def _nearest(hits: Iterator[tuple[int, int]], near: int | None) -> tuple[int, in
     return best
 
 
-def _regex_hits(body: str, quote: str, nq: str) -> Iterator[tuple[int, int]]:
-    for m in _quote_regex(quote).finditer(body):
+def _regex_hits(body: str, quote: str, nq: str,
+                check: Callable[[], None] = _never) -> Iterator[tuple[int, int]]:
+    """Matches of the quote's pattern, in order, searched slice by slice (one regular
+    expression call never runs over more than ``_SLICE`` start positions)."""
+    pattern = _quote_regex(quote)
+    reach = 2 * len(quote) + 256  # the longest match looked for
+    n = len(body)
+    pos = 0
+    while pos < n:
+        check()
+        stop = min(n, pos + _SLICE)
+        m = pattern.search(body, pos, min(n, stop + reach))
+        if m is None or m.start() >= stop:
+            pos = stop
+            continue
         if normalize(m.group()) == nq:
             yield m.start(), m.end()
+        pos = m.end() if m.end() > m.start() else m.start() + 1
 
 
 def _fuzzy(
-    norm: str, nq: str, near_n: int | None, threshold: float
+    norm: str, nq: str, near_n: int | None, threshold: float,
+    check: Callable[[], None] = _never,
 ) -> tuple[int, int, float] | None:
     """Best window of ``norm`` against ``nq``: ``(start, end, ratio)`` or ``None``."""
     n, m = len(norm), len(nq)
-    if m < 4 or n == 0:
+    if m < 4 or n == 0 or m > FUZZY_MAX_QUOTE:
         return None
     q = 3
     grams: dict[str, list[int]] = {}
@@ -196,6 +261,8 @@ def _fuzzy(
     votes = [0] * (n + m + 1)  # index = window start + m
     get = grams.get
     for i in range(n - q + 1):
+        if not i & 1023:
+            check()
         offs = get(norm[i : i + q])
         if offs:
             for o in offs:
@@ -231,12 +298,14 @@ def _fuzzy(
     sm.set_seq2(nq)
 
     def ratio(s: int, e: int) -> float:
+        check()
         sm.set_seq1(norm[s:e])
         return sm.ratio()
 
     def aligned(s0: int) -> tuple[int, int]:
         """Window of ``norm`` around ``s0`` whose matching blocks line up with ``nq``."""
         lo, hi = max(0, s0 - band), min(n, s0 + m + band)
+        check()
         sm.set_seq1(norm[lo:hi])
         blocks = [b for b in sm.get_matching_blocks() if b.size]
         if not blocks:
@@ -281,6 +350,7 @@ def anchor(
     window: int = 20000,
     fuzzy_threshold: float = 0.85,
     small_body: int = 200_000,
+    check: Callable[[], None] = _never,
 ) -> tuple[int, int, str, float] | None:
     """Locate ``quote`` in ``body``.
 
@@ -291,6 +361,7 @@ def anchor(
     :param fuzzy_threshold: minimal ``difflib`` ratio for a fuzzy hit.
     :param small_body: below this length the whole body is searched like the near region
         (mapped normalization, fuzzy allowed).
+    :param check: called now and then during the search; raise from it to stop.
     :returns: ``(char_start, char_end, method, score)`` with ``method`` in ``exact``,
         ``normalized``, ``fuzzy``; or ``None``.
     """
@@ -299,7 +370,7 @@ def anchor(
     n = len(body)
     if near is not None:
         near = min(max(0, near), n)
-    hit = _exact(body, quote, near)
+    hit = _exact(body, quote, near, check)
     if hit is not None:
         return hit[0], hit[1], "exact", 1.0
     nq = normalize(quote)
@@ -311,21 +382,21 @@ def anchor(
 
     def mapped(lo: int, hi: int) -> tuple[str, list[int]]:
         if (lo, hi) not in maps:
-            maps[(lo, hi)] = _normalize_map(body, lo, hi)
+            maps[(lo, hi)] = _normalize_map(body, lo, hi, check)
         return maps[(lo, hi)]
 
     region: tuple[int, int] | None = None
     if near is not None:
         reach = window + 2 * len(quote)
         region = (max(0, near - reach), min(n, near + reach))
-        found = _nearest(_mapped_hits(body, nq, *region, mapped(*region)), near)
+        found = _nearest(_mapped_hits(body, nq, *region, mapped(*region), check), near)
         if found is not None:
             return found[0], found[1], "normalized", 0.95
     if region != whole:
         if small:
-            hits = _mapped_hits(body, nq, 0, n, mapped(0, n))
+            hits = _mapped_hits(body, nq, 0, n, mapped(0, n), check)
         else:
-            hits = _regex_hits(body, quote, nq)
+            hits = _regex_hits(body, quote, nq, check)
         found = _nearest(hits, near)
         if found is not None:
             return found[0], found[1], "normalized", 0.95
@@ -336,7 +407,7 @@ def anchor(
     else:
         return None
     near_n = bisect.bisect_left(src, near) if near is not None and src else None
-    fz = _fuzzy(norm, nq, near_n, fuzzy_threshold)
+    fz = _fuzzy(norm, nq, near_n, fuzzy_threshold, check)
     if fz is None:
         return None
     s, e, r = fz

@@ -16,6 +16,9 @@ own order: query, chunks, tokens, omitted, memories, truncated)::
      "chunks": {                                    # raw texts of listed memories
         "812": {"chunk_text": "...", "revision_id": 3,
                 "char_start": 52800, "char_end": 54000}},
+     "standing": [                                  # standing statements (recall's slots)
+        {"id": 77, "rev": 3, "span": [1200, 1268], "kind": "instruction",
+         "valid": "2024-03-15..", "text": "Always give exact dates when I ask ..."}],
      "truncated": true,                             # something was cut (= omitted non-empty)
      "tokens": 957,                                 # exact size of this very payload
      "omitted": {"memories": 15, "memory_ids": [...],   # hits not listed (lowest ranks)
@@ -41,6 +44,15 @@ the chunk that crosses the line is cut on a token boundary (its ``char_end``
 then ends the kept prefix, while the memory's ``span`` keeps the full chunk)
 if at least :data:`MIN_CUT_TOKENS` of its tokens fit, and left out otherwise;
 no chunk after it is added.
+
+*standing* - present when recall returned standing statements (its reserved
+slots, see ``donto.recall_by_vector``): one record per statement in recall's
+order with its full text (a standing statement is one sentence of at most
+``donto_pg.core.standing.MAX_CHARS`` characters), never in ``memories``. The
+section is never cut before the chunks are: the payload is packed with every
+standing statement first (memories and chunk texts then fill what is left, down
+to none); only when even that does not fit are standing statements dropped
+from the end (``omitted.standing`` counts them).
 
 *omitted* - what the budget cut, relative to the same call without limits:
 counts always, statement ids (in rank order) while each list takes at most
@@ -90,7 +102,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -110,6 +122,7 @@ __all__ = [
     "default_chunk_tokens",
     "format_valid",
     "jsonb_ordered",
+    "standing_record",
     "tokenizer_for_model",
 ]
 
@@ -125,7 +138,7 @@ MIN_CUT_TOKENS = 16
 IDS_SHARE = 0.1
 """An id list of ``omitted`` is given only while it takes at most this share of max_tokens."""
 
-TOP_KEYS = ("query", "memories", "chunks", "truncated", "tokens", "omitted")
+TOP_KEYS = ("query", "memories", "chunks", "standing", "truncated", "tokens", "omitted")
 
 
 class PayloadError(ValueError):
@@ -173,6 +186,8 @@ class Hit:
     score: float = 0.0
     valid_from: str | None = None
     valid_to: str | None = None
+    kind: str | None = None
+    """The kind of a standing statement (instruction, preference, constraint); None: a chunk."""
 
 
 def default_chunk_tokens(max_tokens: int) -> int:
@@ -240,6 +255,18 @@ def memory_record(hit: Hit, counter: Counter) -> dict[str, Any]:
     ])
 
 
+def standing_record(hit: Hit) -> dict[str, Any]:
+    """The record of one standing statement in ``standing`` (full text)."""
+    return _obj([
+        ("id", hit.statement_id),
+        ("rev", hit.revision_id),
+        ("span", [hit.char_start, hit.char_end]),
+        ("kind", hit.kind),
+        ("valid", format_valid(hit.valid_from, hit.valid_to)),
+        ("text", hit.chunk_text),
+    ])
+
+
 def chunk_entry(hit: Hit, text: str | None = None) -> dict[str, Any]:
     """The ``chunks`` value of one hit; ``text`` (a prefix of its chunk) moves char_end."""
     body = hit.chunk_text if text is None else text
@@ -278,12 +305,26 @@ def build_payload(
         raise PayloadError(
             f"donto.recall_payload: chunk_tokens must be >= 0 or null, got {chunk_tokens!r}")
     unique: list[Hit] = []
+    standing: list[Hit] = []
     seen: set[int] = set()
     for hit in hits:
         if hit.statement_id not in seen:
             seen.add(hit.statement_id)
-            unique.append(hit)
-    return _Packer(query, unique, max_tokens, min(chunk_tokens, max_tokens), counter).pack()
+            (standing if hit.kind is not None else unique).append(hit)
+    if not standing:
+        return _Packer(query, unique, max_tokens, min(chunk_tokens, max_tokens), counter).pack()
+    # The standing section is cut last: every statement first, memories and chunks
+    # take what is left (down to none); then statements are dropped from the end.
+    records = [standing_record(h) for h in standing]
+    for n in range(len(records), -1, -1):
+        packer = _Packer(query, unique, max_tokens, min(chunk_tokens, max_tokens), counter,
+                         standing=records[:n], standing_cut=len(records) - n)
+        try:
+            return packer.pack()
+        except PayloadError:
+            if n == 0:
+                raise
+    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -296,8 +337,11 @@ class _Chunks:
 
 class _Packer:
     def __init__(self, query: str, hits: list[Hit], budget: int, chunk_budget: int,
-                 counter: Counter) -> None:
+                 counter: Counter, standing: list[dict[str, Any]] | None = None,
+                 standing_cut: int = 0) -> None:
         self.query = query
+        self.standing = standing
+        self.standing_cut = standing_cut
         self.hits = hits
         self.budget = budget
         self.chunk_budget = chunk_budget
@@ -330,6 +374,8 @@ class _Packer:
         missing = [self.hits[i].statement_id for i in range(m) if i not in present]
         cut = [self.hits[chunks.cut].statement_id] if chunks.cut is not None else []
         pairs: list[tuple[str, Any]] = []
+        if self.standing_cut:
+            pairs.append(("standing", self.standing_cut))
         for count_key, ids_key, ids in (("memories", "memory_ids", dropped),
                                         ("chunks", "chunk_ids", missing),
                                         ("cut", "cut_ids", cut)):
@@ -344,14 +390,17 @@ class _Packer:
                  ) -> dict[str, Any]:
         omitted = self._omitted(m, chunks, with_ids)
         chunk_obj = _obj((self.keys[i], e) for i, e in chunks.entries)
-        return _obj([
+        pairs = [
             ("query", self.query),
             ("memories", self.records[:m]),
             ("chunks", chunk_obj),
             ("truncated", bool(omitted)),
             ("tokens", tokens),
             ("omitted", omitted),
-        ])
+        ]
+        if self.standing is not None:
+            pairs.append(("standing", self.standing))
+        return _obj(pairs)
 
     def _fixed_point(self, payload: dict[str, Any]) -> int | None:
         """Set payload["tokens"] to its own exact count, if such a value exists; else None."""
@@ -595,3 +644,20 @@ def tokenizer_for_model(name: str | None, source: str | None) -> str | None:
         raise PayloadError(
             f"donto.recall_payload: no offline tokenizer for embedding model {name!r} "
             f"(source {source!r}): {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Interruptible:
+    """A :class:`Counter` that calls ``check`` before each count, so that packing a large
+    payload inside the server can be cancelled (server.payload passes interrupt_check)."""
+
+    inner: Counter
+    check: Callable[[], None]
+
+    def count(self, text: str) -> int:
+        self.check()
+        return self.inner.count(text)
+
+    def boundaries(self, text: str) -> list[int]:
+        self.check()
+        return self.inner.boundaries(text)

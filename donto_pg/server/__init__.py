@@ -8,6 +8,6 @@ Python talks to the database through ``plpy``).
 """
 
 from donto_pg import __version__
-from donto_pg.server import ab, append, extraction, payload, recall
+from donto_pg.server import ab, append, extraction, payload, recall, standing
 
-__all__ = ["__version__", "ab", "append", "extraction", "payload", "recall"]
+__all__ = ["__version__", "ab", "append", "extraction", "payload", "recall", "standing"]

@@ -12,8 +12,9 @@ import json
 
 from donto_pg.core import render
 from donto_pg.core.anchor import anchor
-from donto_pg.core.claims import injection_signals, parse_response
+from donto_pg.core.claims import MAX_FIELD_CHARS, injection_signals, parse_response
 from donto_pg.core.segmenter import DEFAULT_PARAMS, iter_segments
+from donto_pg.server.interrupt import interrupt_check
 from donto_pg.server.revision import revision_body, turn_rows
 
 
@@ -136,10 +137,16 @@ def render_for_extraction(plpy, block_id: int, run_id: int | None) -> str:
 
 def anchor_in_revision(plpy, revision_id: int, quote: str | None,
                        near: int | None) -> list[tuple]:
-    """[(char_start, char_end, method, score)] of a quote in the full body, or []."""
+    """[(char_start, char_end, method, score)] of a quote in the full body, or [].
+
+    A quote longer than claims.MAX_FIELD_CHARS (the longest a claim may quote) is refused
+    (22023); the search honours cancellation and statement_timeout (interrupt_check)."""
     if quote is None or not quote.strip():
         return []
-    hit = anchor(revision_body(plpy, revision_id), quote, near)
+    if len(quote) > MAX_FIELD_CHARS:
+        plpy.error(f"donto.anchor: the quote has {len(quote)} characters, more than "
+                   f"{MAX_FIELD_CHARS}", sqlstate="22023")
+    hit = anchor(revision_body(plpy, revision_id), quote, near, check=interrupt_check(plpy))
     return [] if hit is None else [hit]
 
 

@@ -43,6 +43,9 @@ def recall_windows_from(plpy, revision_id: int, window: int, start: int) -> list
 
 
 def embed_query(plpy, text: str, model: str | None) -> str:
-    """The query's vector as pgvector text (``donto.embed_query``)."""
+    """The query's vector as pgvector text (``donto.embed_query``); a query over
+    donto._check_query's bound is refused before the model sees it."""
+    plpy.execute(plpy.prepare("select donto._check_query($1, 'donto.embed_query', true)",
+                              ["text"]), [text])
     vec = encoder.encode([text], model)[0]
     return "[" + ",".join(f"{x:.7g}" for x in vec) + "]"

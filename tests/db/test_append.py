@@ -297,8 +297,8 @@ def test_upgrade_to_014_caches_the_stored_vectors(empty_db):
               select s.statement_id, p.projection_id, p.revision_id,
                      row_number() over (order by s.statement_id) - 1, 0, 2
               from s, p)
-        insert into donto.embedding (statement_id, model_id, embedding)
-        select s.statement_id, m.model_id, '[1,0,0]' from s, m""")
+        insert into donto.embedding (statement_id, model_id, context_id, embedding)
+        select s.statement_id, m.model_id, c.context_id, '[1,0,0]' from s, m, c""")
     conn.commit()
     assert migrate.migrate(conn)[-1] == "014-append.sql"
     rows = conn.execute("select encode(sha256, 'hex'), embedding::text "

@@ -464,6 +464,8 @@ def test_state_as_reader_gate_and_eval_file(db, connect, tmp_path) -> None:
                  [1, "b", "measured", "commit", ["x", "y"]]],
         "error": None}
     # A failing gate query is reported, and the rest of the page still comes.
+    # a new view in donto is DDL the guard refuses unless the session opts in
+    db.execute("select set_config('donto.allow_ddl', 'on', true)")
     db.execute("create view donto.t_bad as select 1 / (random() * 0)::int as verdict")
     db.execute("grant select on donto.t_bad to donto_reader")
     db.commit()

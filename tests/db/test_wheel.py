@@ -151,7 +151,7 @@ def test_wheel_install_runs_the_demo(wheel_venv, empty_db, tmp_path):
         d.chmod(0o755 if d.is_dir() else 0o644)
     r = _run(str(venv / "bin" / "donto-pg"), "demo", str(conv), "--dsn", empty_db, cwd=tmp_path)
     assert "(the same: idempotent)" in r.stdout
-    assert "returns the same bytes: yes" in r.stdout
+    assert "returns the same text: yes" in r.stdout
 
 
 def test_an_editable_install_reads_the_checkout(tmp_path):

@@ -246,3 +246,70 @@ def test_result_is_in_full_body_offsets(near: int | None) -> None:
     body = "x" * 20_000 + "Some *Quoted* text" + "y" * 20_000
     s, e, method, _ = anchor(body, "some quoted text", near, window=100)
     assert (body[s:e], method) == ("Some *Quoted* text", "normalized")
+
+
+# -- bounded work (issue 10, section 5) ---------------------------------------------------
+
+
+def _exact_by_rfind(body: str, quote: str, near: int) -> tuple[int, int] | None:
+    """The former exact pass (str.rfind is quadratic on near-miss quotes)."""
+    from donto_pg.core.anchor import _distance
+
+    n = len(quote)
+    left = body.rfind(quote, 0, near)
+    right = body.find(quote, max(0, near - n + 1))
+    best = None
+    for i in (left, right):
+        if i >= 0 and (best is None or _distance(near, i, i + n) < _distance(near, *best)):
+            best = (i, i + n)
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_exact_near_matches_the_rfind_formulation(data: st.DataObject) -> None:
+    from donto_pg.core.anchor import _exact
+
+    alphabet = data.draw(st.sampled_from(["ab", "abc", "a b"]))
+    unit = data.draw(st.text(alphabet, min_size=1, max_size=6))
+    body = data.draw(st.text(alphabet, max_size=40)) + unit * data.draw(
+        st.integers(0, 30000)) + data.draw(st.text(alphabet, max_size=40))
+    quote = data.draw(st.text(alphabet, min_size=1, max_size=8))
+    near = data.draw(st.integers(0, len(body)))
+    assert _exact(body, quote, near) == _exact_by_rfind(body, quote, near)
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("body", "quote", "near"), [
+    ("a" * 2_000_000, "a" * 1999 + "b", None),
+    ("a" * 2_000_000, "a" * 1999 + "b", 1_000_000),
+    ("a" * 2_000_000, "a" * 999 + "b", 1_000_000),
+    ("ab " * 50_000, "ab " * 333 + "x", None),
+])
+def test_a_check_that_raises_stops_the_search_soon(body: str, quote: str, near: int | None):
+    """Every long stretch of the search calls check(): raising from it ends the search."""
+    import time
+
+    started = time.monotonic()
+
+    def check() -> None:
+        if time.monotonic() - started > 0.2:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        anchor(body, quote, near, check=check)
+    assert time.monotonic() - started < 1.0
+
+
+def test_fuzzy_is_not_tried_for_quotes_over_its_cap() -> None:
+    from donto_pg.core.anchor import FUZZY_MAX_QUOTE
+
+    body = "x" * 50 + "the quick brown fox jumps over the lazy dog " * 40
+    quote = ("the quick brown fox jumps over the lazy dog " * 40).replace("lazy", "lazzy", 1)
+    assert len(quote) > FUZZY_MAX_QUOTE
+    assert anchor(body, quote) is None
+    short = quote[:200]
+    assert anchor(body, short)[2] == "fuzzy"

@@ -1,0 +1,174 @@
+"""Standing statements: what a user asked once and expects applied every later time.
+
+A *standing statement* is a sentence of a user turn that states an instruction
+("Always include narrator details when I ask about audiobooks"), a preference
+("I prefer positive reinforcement") or a constraint ("I'm allergic to nuts").
+Unlike an episodic fact it is meant to hold for every later question, so
+recall keeps it in a tier of its own (``sql/086-standing.sql``).
+
+:func:`detect` is the rule-based detector (no LLM, no database): it splits a
+user turn into sentences and keeps those with a standing marker. Each result
+carries its character offsets in the text it was given, its kind, and a
+*subject key*: the normalised words of what the statement is about (the
+"when I ask about X" clause when there is one, else the statement's own
+content words). Two statements of the same kind with the same subject key are
+about the same thing, so the later one supersedes the earlier one (the
+knowledge-update rule, applied by ``donto.standing``).
+
+Pure Python, deterministic: the same text gives the same statements.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "detect", "sentences",
+           "subject_key"]
+
+RULES_VERSION = "rules-v1"
+KINDS = ("instruction", "preference", "constraint")
+#: Sentences longer than this are not standing statements (a long sentence is a story).
+MAX_CHARS = 400
+_MIN_CHARS = 12
+
+# BEAM's generator marker at the end of user turns (" ->-> 1,32").
+_MARKER = re.compile(r"\s*->->\s*\d+\s*,\s*\d+\s*$")
+# A sentence ends at . ! ? followed by space, or at a line break.
+_SENT_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+_GENERAL = r"(?:always|never|from now on|going forward|in (?:the )?future|every time|each time"\
+           r"|whenever|any ?time)"
+_ASK = r"(?:when(?:ever)?|if|any ?time|each time|every time) i (?:ask|request|want|need|talk)"
+_INSTRUCTION = [
+    re.compile(r"^(?:(?:and|so|also|but|ok(?:ay)?|please)[, ]+)*(?:always|never)\b", re.I),
+    re.compile(r"^(?:(?:and|so|also|but|please)[, ]+)*(?:from now on|going forward|in (?:the )?"
+               r"future|whenever|every time|each time)\b", re.I),
+    re.compile(r"\b(?:from now on|going forward)\b", re.I),
+    re.compile(r"\b" + _ASK + r"\b", re.I),
+    re.compile(r"\b(?:i want you to|i'd like you to|i would like you to|make sure (?:to|you)"
+               r"|be sure to|remember to|don't ever|do not ever)\b.*\b" + _GENERAL + r"\b", re.I),
+    re.compile(r"\b" + _GENERAL + r"\b.*\b(?:make sure|be sure|remember) to\b", re.I),
+]
+_PREFERENCE = re.compile(
+    r"\b(?:i (?:really |much |generally |usually |definitely |strongly )?"
+    r"(?:prefer|favou?r|dislike|hate|can't stand|don't like|do not like|would rather|'d rather)"
+    r"|i'd (?:really |much )?(?:prefer|rather)|i would (?:really |much )?(?:prefer|rather)"
+    r"|my (?:preference|preferred|favou?rite)|i(?:'m| am) (?:a big |a )?fan of"
+    r"|i (?:really )?(?:like|love|enjoy) (?:it|them) (?:when|better)"
+    r"|i like [^.?!]{1,60}\bbetter\b)", re.I)
+_CONSTRAINT = re.compile(
+    r"\b(?:i(?:'m| am) (?:allergic|intolerant|vegetarian|vegan|lactose)"
+    r"|i (?:can't|cannot|can not|must not|mustn't|shouldn't|don't|do not) (?:eat|drink|use|afford"
+    r"|travel|work on|exceed)"
+    r"|my (?:budget|limit|deadline) is|i only have|no more than|not more than|at most)\b", re.I)
+_QUESTION = re.compile(r"\?\s*$")
+
+_STOP = frozenset("""
+a an the and or but so if then than that this these those of to in on at by for from with without
+about as into over under up down out off is are was were be been being am do does did doing have
+has had having i me my mine myself you your yours we our us it its they them their he him his she
+her what which who whom whose when whenever where why how all any both each few more most other
+some such no nor not only own same too very can will just should would could may might must
+shall s t don't dont i'm im i'd id i've ive let's lets please also always never every time times
+ask asking asked request want need like prefer preferred preference rather really make sure
+remember give provide include use keep tell answer respond reply going forward future now later
+one ones thing things something anything everything way ways
+""".split())
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_ABOUT = re.compile(
+    r"\b" + _ASK + r"(?: you)?(?: to)?(?: (?:about|for|regarding|on|with|to))?"
+    r"\s+(?P<topic>[^,.;!?]+)", re.I)
+_PREFER_OBJ = re.compile(
+    r"\b(?:prefer|favou?r|rather|dislike|hate|like|love|enjoy|fan of|preference is"
+    r"|preference for)\s+(?P<topic>[^,.;!?]+)", re.I)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One standing statement found in a text: [start, end) offsets into that text."""
+
+    kind: str
+    start: int
+    end: int
+    text: str
+    subject: str
+
+
+def sentences(text: str) -> Iterator[tuple[int, int]]:
+    """Spans [start, end) of the sentences of TEXT, whitespace and BEAM's marker trimmed."""
+    pos = 0
+    for m in [*_SENT_END.finditer(text), None]:
+        end = m.start() if m else len(text)
+        seg = text[pos:end]
+        marker = _MARKER.search(seg)
+        if marker:
+            seg = seg[:marker.start()]
+        lead = len(seg) - len(seg.lstrip())
+        seg = seg.strip()
+        if seg:
+            yield pos + lead, pos + lead + len(seg)
+        if m:
+            pos = m.end()
+
+
+def _stem(word: str) -> str:
+    word = word.split("'")[0]
+    for suffix in ("ations", "ation", "ings", "ing", "ies", "es", "s", "ed"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def subject_key(sentence: str, kind: str = "instruction") -> str:
+    """What SENTENCE is about, as sorted distinct stems ("" when nothing is left).
+
+    The topic of a "when I ask about X" clause wins; for preferences the object
+    of "prefer X"; otherwise every content word of the sentence.
+    """
+    topic = None
+    m = _ABOUT.search(sentence)
+    if m:
+        topic = m.group("topic")
+    elif kind == "preference":
+        m = _PREFER_OBJ.search(sentence)
+        if m:
+            topic = m.group("topic")
+    words = _content(topic) if topic else []
+    if not words:
+        words = _content(sentence)
+    return " ".join(sorted(set(words))[:12])
+
+
+def _content(text: str) -> list[str]:
+    return [_stem(w) for w in _WORD.findall(text.lower().replace("\u2019", "'"))
+            if w not in _STOP and w.split("'")[0] not in _STOP and len(w) > 1]
+
+
+def _kind(sentence: str) -> str | None:
+    s = sentence.replace("\u2019", "'")
+    if any(p.search(s) for p in _INSTRUCTION):
+        # "Should I always ...?" is a question about the user's own habits, not an order.
+        if _QUESTION.search(s) and not re.search(_ASK, s, re.I):
+            return None
+        return "instruction"
+    if _PREFERENCE.search(s):
+        return "preference"
+    if _CONSTRAINT.search(s) and not _QUESTION.search(s):
+        return "constraint"
+    return None
+
+
+def detect(text: str) -> list[Standing]:
+    """The standing statements of one user turn's TEXT, in order of appearance."""
+    out = []
+    for start, end in sentences(text):
+        sent = text[start:end]
+        if not _MIN_CHARS <= len(sent) <= MAX_CHARS:
+            continue
+        kind = _kind(sent)
+        if kind is None:
+            continue
+        out.append(Standing(kind, start, end, sent, subject_key(sent, kind)))
+    return out

@@ -1,0 +1,21 @@
+"""PL/Python body of standing memory (sql/086-standing.sql)."""
+
+from __future__ import annotations
+
+from donto_pg.core.standing import detect
+from donto_pg.server.revision import revision_body, turn_rows
+
+
+def standing_rows(plpy, revision_id: int) -> list[tuple]:
+    """Rows (ord, kind, subject_key, turn_seq, turn_id, char_start, char_end, text, said_on)
+    of ``donto._standing_detect``: the detector run over every user turn of a revision."""
+    body = revision_body(plpy, revision_id)
+    out: list[tuple] = []
+    for t in turn_rows(plpy, revision_id):
+        if t["role"] != "user":
+            continue
+        base = t["char_start"]
+        for s in detect(body[base:t["char_end"]]):
+            out.append((len(out), s.kind, s.subject, t["seq"], t["turn_id"],
+                        base + s.start, base + s.end, s.text, t["date"]))
+    return out

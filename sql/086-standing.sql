@@ -1,0 +1,387 @@
+-- Standing memory: the user's instructions, preferences and constraints,
+-- projected from a revision by a rule-based detector (donto_pg.core.standing),
+-- superseded by later ones on the same subject, recalled in reserved slots.
+
+create or replace function donto._standing_detect(p_revision_id bigint)
+returns table (
+    ord integer, kind text, subject_key text, turn_seq integer, turn_id integer,
+    char_start integer, char_end integer, statement_text text, said_on date
+)
+language plpython3u
+stable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].standing.standing_rows(plpy, p_revision_id)
+$py$;
+
+comment on function donto._standing_detect(bigint) is
+'The standing statements the rule-based detector (donto_pg.core.standing) finds in the user turns '
+'of a revision, with their char spans in the revision and the date of their turn.';
+
+create or replace function donto.standing_context_iri(p_document_iri text)
+returns text
+language sql
+immutable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* ctx:memory/standing/<scheme>/<rest> for a document IRI <scheme>:<rest>. */
+    select 'ctx:memory/standing/' || pg_catalog.regexp_replace(p_document_iri, ':', '/');
+$$;
+
+comment on function donto.standing_context_iri(text) is
+'The standing-memory context of a document: beam:100K/1 -> ctx:memory/standing/beam/100K/1.';
+
+create or replace function donto.project_standing(rev_id bigint, context text default null)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Project revision REV_ID into standing statements: every sentence of a user
+turn that the rule-based detector (donto_pg.core.standing, strategy rules-v1)
+reads as an instruction, a preference or a constraint becomes a statement
+(predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
+key}, char span of the sentence in the revision, so that substring(body from
+char_start + 1 for char_end - char_start) is its exact text) with a
+donto.x_standing row. Valid time: from the date of its turn; it ends where a
+later statement of the same kind and subject key (the knowledge-update rule)
+takes over, on the later one's date (a one-day range when both share a date),
+and is open otherwise. CONTEXT defaults to donto.standing_context_iri of the
+document. Idempotent: a second call returns the existing count.
+*/
+declare
+    v_doc bigint;
+    v_iri text;
+    v_ctx bigint;
+    v_proj bigint;
+    v_n integer;
+begin
+    select r.document_id, d.iri into v_doc, v_iri
+    from donto.revision as r inner join donto.document as d using (document_id)
+    where r.revision_id = rev_id;
+    if not found then
+        raise exception 'donto.project_standing: no revision %', rev_id using errcode = '22023';
+    end if;
+    v_ctx := donto.ensure_context(coalesce(context, donto.standing_context_iri(v_iri)),
+                                  'standing');
+    perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
+
+    select p.projection_id into v_proj from donto.projection as p
+    where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = 'rules-v1'
+          and p.params = '{}'::jsonb and p.context_id = v_ctx;
+    if found then
+        select pg_catalog.count(*)::integer into v_n
+        from donto.x_standing as x where x.projection_id = v_proj;
+        return v_n;
+    end if;
+    insert into donto.projection (revision_id, kind, strategy, params, context_id)
+    values (rev_id, 'standing', 'rules-v1', '{}'::jsonb, v_ctx)
+    returning projection_id into v_proj;
+
+    with d as (
+        select
+            d0.*,
+            pg_catalog.lead(d0.said_on) over w as next_on,
+            pg_catalog.lead(d0.ord) over w as next_ord,
+            pg_catalog.nextval(pg_catalog.pg_get_serial_sequence(
+                'donto.statement', 'statement_id')) as sid
+        from donto._standing_detect(rev_id) as d0
+        window w as (partition by d0.kind, d0.subject_key order by d0.ord)
+    ),
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time,
+            document_id, derived_from_revision, char_start, char_end
+        ) overriding system value
+        select
+            d.sid,
+            pg_catalog.format('standing:%s/%s', rev_id, d.ord),
+            'mem:standing/' || d.kind,
+            pg_catalog.jsonb_build_object('v', d.statement_text, 'subject', d.subject_key),
+            v_ctx,
+            case
+                when d.said_on is null then '(,)'::daterange
+                when d.next_ord is null or d.next_on is null then
+                    pg_catalog.daterange(d.said_on, null, '[)')
+                when d.next_on > d.said_on then pg_catalog.daterange(d.said_on, d.next_on, '[)')
+                else pg_catalog.daterange(d.said_on, d.said_on, '[]')
+            end,
+            v_doc, rev_id, d.char_start, d.char_end
+        from d
+        order by d.ord
+    )
+    insert into donto.x_standing (
+        statement_id, projection_id, revision_id, ord, kind, subject_key, turn_seq, turn_id,
+        char_start, char_end, detector
+    )
+    select d.sid, v_proj, rev_id, d.ord, d.kind, d.subject_key, d.turn_seq, d.turn_id,
+           d.char_start, d.char_end, 'rules-v1'
+    from d
+    order by d.ord;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.project_standing(bigint, text) is
+'Standing memory: the instructions, preferences and constraints of a revision''s user turns '
+'(rule-based detector rules-v1) as mem:standing/<kind> statements anchored to their turn, '
+'valid until superseded; idempotent; returns the count.';
+
+create or replace function donto.embed_standing(rev_id bigint default null, model text default null)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Embed, inside the database, every standing statement of revision REV_ID (null:
+of every revision) that has no vector for MODEL (null: the default model;
+registered, see donto.embedding_model_id), for recall's standing slots.
+Returns how many vectors were added; a second call adds none.
+*/
+declare
+    v_model integer := donto.embedding_model_id(model);
+    v_name text;
+    v_n integer := 0;
+    r record;
+begin
+    select m.name into v_name from donto.embedding_model as m where m.model_id = v_model;
+    for r in
+        select x.statement_id, s.object_lit ->> 'v' as txt
+        from donto.x_standing as x
+        inner join donto.statement as s on x.statement_id = s.statement_id
+        where (rev_id is null or x.revision_id = rev_id)
+              and not exists (select 1 from donto.x_standing_vector as v
+                              where v.statement_id = x.statement_id and v.model_id = v_model)
+        order by x.statement_id
+    loop
+        insert into donto.x_standing_vector (statement_id, model_id, embedding)
+        values (r.statement_id, v_model, donto.embed_query(r.txt, v_name))
+        on conflict (statement_id, model_id) do nothing;
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto.embed_standing(bigint, text) is
+'Embed the standing statements (of one revision, or all) that have no vector for a model; '
+'returns how many were added.';
+
+create or replace function donto._standing_revisions(p_context_id bigint)
+returns bigint[]
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* The revisions with any projection in context P_CONTEXT_ID (null: every revision),
+   also those a projection there grew into (donto.projection_extension: appends). */
+    select pg_catalog.array_agg(distinct r.revision_id)
+    from (
+        select p.revision_id from donto.projection as p
+        where p_context_id is null or p.context_id = p_context_id
+        union all
+        select pe.revision_id from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where p_context_id is null or p.context_id = p_context_id
+    ) as r;
+$$;
+
+comment on function donto._standing_revisions(bigint) is
+'Revisions projected into a context (recall, extraction or standing): whose standing '
+'statements belong to it.';
+
+create or replace function donto._standing(p_context_id bigint, p_as_of timestamptz)
+returns table (
+    statement_id bigint, revision_id bigint, kind text, subject_key text,
+    statement_text text, char_start integer, char_end integer, valid_time daterange,
+    turn_id integer, superseded_by bigint
+)
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* donto.standing for a context id (null: all); see there. */
+    with vis as (
+        select
+            x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
+            x.char_start, x.char_end, s.valid_time, x.turn_id,
+            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
+        from donto.x_standing as x
+        inner join donto.statement as s on x.statement_id = s.statement_id
+        where x.revision_id = any(donto._standing_revisions(p_context_id))
+              and (p_as_of is null or s.tx_from <= p_as_of)
+              -- a revision extended by one with standing statements of its own is
+              -- covered by it (the longer body holds the same sentences)
+              and not exists (
+                  select 1 from donto.revision_extension as re
+                  inner join donto.x_standing as x2 on x2.revision_id = re.revision_id
+                  inner join donto.statement as s2 on x2.statement_id = s2.statement_id
+                  where re.extends_revision_id = x.revision_id
+                        and (p_as_of is null or s2.tx_from <= p_as_of))
+              and not exists (
+                  select 1 from donto.retraction as rt
+                  where rt.statement_id = x.statement_id
+                        and (p_as_of is null or rt.tx_from <= p_as_of))
+    )
+    select
+        v.statement_id, v.revision_id, v.kind, v.subject_key, v.txt, v.char_start, v.char_end,
+        v.valid_time, v.turn_id,
+        (select l.statement_id from vis as l
+         where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
+               and (l.said_on, l.revision_id, l.char_start)
+               > (v.said_on, v.revision_id, v.char_start)
+         order by l.said_on, l.revision_id, l.char_start
+         limit 1) as superseded_by
+    from vis as v
+    order by v.said_on, v.revision_id, v.char_start;
+$$;
+
+comment on function donto._standing(bigint, timestamptz) is
+'Standing statements of a context id as of a time, with the statement that supersedes each.';
+
+create or replace function donto.standing(context text default null, as_of timestamptz default null)
+returns table (
+    statement_id bigint, revision_id bigint, kind text, subject_key text,
+    statement_text text, char_start integer, char_end integer, valid_time daterange,
+    turn_id integer, superseded_by bigint
+)
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The standing statements (instructions, preferences, constraints) of the
+revisions projected into CONTEXT (a recall, extraction or standing context
+IRI; null: every revision), as the database knew them at AS_OF (recorded by
+then, not retracted by then), in the order they were said. SUPERSEDED_BY is
+the first later statement of the same kind and subject key among those (the
+knowledge-update rule), null for a statement still in force:
+    select statement_text from donto.standing('ctx:memory/episodic/beam/100K/1')
+    where superseded_by is null;
+*/
+declare
+    v_ctx bigint;
+begin
+    if context is not null then
+        select c.context_id into v_ctx from donto.context as c where c.iri = context;
+        if not found then
+            raise exception 'donto.standing: no context %', context using errcode = '22023';
+        end if;
+    end if;
+    return query select * from donto._standing(v_ctx, as_of);
+end;
+$$;
+
+comment on function donto.standing(text, timestamptz) is
+'Standing statements of a context as of a time, in the order said, each with the later '
+'statement that supersedes it (null: still in force).';
+
+create or replace function donto._recall_standing(
+    p_embedding vector, p_context_id bigint, p_as_of timestamptz, p_model_id integer,
+    p_n integer, p_min_similarity double precision
+)
+returns table (
+    statement_id bigint, revision_id bigint, char_start integer, char_end integer,
+    statement_text text, valid_time daterange, similarity double precision
+)
+language sql
+stable
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+The standing slots of donto.recall: at most P_N standing statements in force
+(not superseded) in the context as of P_AS_OF, most similar to the query
+vector first (cosine similarity of their vectors for model P_MODEL_ID, at
+least P_MIN_SIMILARITY); ties to the later statement.
+*/
+    select st.statement_id, st.revision_id, st.char_start, st.char_end, st.statement_text,
+           st.valid_time, (1 - (v.embedding <=> p_embedding))::float8 as similarity
+    from donto._standing(p_context_id, p_as_of) as st
+    inner join donto.x_standing_vector as v
+        on st.statement_id = v.statement_id and v.model_id = p_model_id
+    where st.superseded_by is null
+          and vector_dims(v.embedding) = vector_dims(p_embedding)
+          and 1 - (v.embedding <=> p_embedding) >= p_min_similarity
+    order by (v.embedding <=> p_embedding), st.statement_id desc
+    limit p_n;
+$$;
+
+comment on function donto._recall_standing(vector, bigint, timestamptz, integer, integer, float8) is
+'Standing slots of donto.recall: the in-force standing statements most similar to the query.';
+
+create or replace function donto.ingest_standing_embeddings(
+    p_model_id integer, p_ids bigint[], p_vectors text[]
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Store vectors (pgvector text, one per id) of standing statements P_IDS for
+model P_MODEL_ID, as a client that embeds itself computed them (donto-pg
+embed). Existing vectors are kept; an id that is not a standing statement, a
+wrong dimension or unequal array lengths are refused. Returns the rows added.
+*/
+declare
+    v_dim integer;
+    v_n integer;
+    v_bad bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto.ingest_standing_embeddings: no model %', p_model_id
+            using errcode = '22023';
+    end if;
+    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
+    then
+        raise exception 'donto.ingest_standing_embeddings: % ids but % vectors',
+            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
+            using errcode = '22023';
+    end if;
+    select u.id into v_bad
+    from unnest(p_ids, p_vectors) as u (id, v)
+    where u.v is null or vector_dims(u.v::vector) <> v_dim
+          or not exists (select 1 from donto.x_standing as x where x.statement_id = u.id)
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.ingest_standing_embeddings: statement % is not a standing '
+            'statement or its vector does not have % dimensions', v_bad, v_dim
+            using errcode = '22023';
+    end if;
+    insert into donto.x_standing_vector (statement_id, model_id, embedding)
+    select u.id, p_model_id, u.v::vector
+    from unnest(p_ids, p_vectors) as u (id, v)
+    order by u.id
+    on conflict (statement_id, model_id) do nothing;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ingest_standing_embeddings(integer, bigint[], text[]) is
+'Store client-computed vectors of standing statements for one model; skips existing ones.';
+
+-- The columns of the standing-memory tables (migration 012) that the generic
+-- names of sql/096-comments.sql do not explain.
+comment on column donto.x_standing.ord is
+'Order of the statement in its projection (0-based, in order of appearance in the revision).';
+comment on column donto.x_standing.kind is
+'instruction, preference or constraint (the statement''s predicate is mem:standing/<kind>).';
+comment on column donto.x_standing.subject_key is
+'What the statement is about (sorted stems); same kind and key: the later one supersedes.';
+comment on column donto.x_standing.turn_seq is
+'The turn (donto.turn.seq of the revision) the statement was said in.';
+comment on column donto.x_standing.detector is
+'What found the statement: rules-v1 (donto_pg.core.standing).';
+comment on column donto.x_standing_vector.embedding is
+'The statement text''s vector under the model (for recall''s standing slots).';

@@ -1,0 +1,67 @@
+"""donto.recall does not depend on k beyond the cut: the first k rows of a call with a larger
+k are the rows of the call with k (property test over queries, sizes, arms and pools)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from donto_pg import loader
+from donto_pg.embed import embed_pending
+from tests.conftest import EXAMPLES, module_database, write_chat
+
+pytestmark = pytest.mark.slow
+
+CTX = "ctx:memory/episodic/beam/100K/1"
+QUERIES = [
+    "What did I say about my reading list?",
+    "Can you remind me which fantasy series I wanted to read this winter?",
+    "book club schedule",
+    "How did my plans change over the months?",
+    "Always give me the author's name when I ask about books.",
+    "ignore previous instructions",
+    "winter",
+    "What order did these events happen in?",
+]
+
+
+@pytest.fixture(scope="module")
+def kdb(request, tmp_path_factory):
+    """Three sessions of BEAM 100K/13 (real dialogue, ~100 chunks), embedded once."""
+    with module_database(request, "kstable") as conn:
+        batches = json.loads((EXAMPLES / "chats" / "100K" / "13" / "chat.json").read_text())
+        d = write_chat(tmp_path_factory.mktemp("kstable"), "1", batches[:3])
+        res = loader.load_beam(conn, str(d.parent.parent.parent))
+        assert [r.ok for r in res] == [True], res[0].error
+        conn.commit()
+        embed_pending(conn, progress=False)
+        conn.commit()
+        yield conn
+
+
+def _recall(conn, q: str, k: int, arms: str) -> list[tuple]:
+    return conn.execute(
+        "select statement_id, score, vector_rank, lexical_rank from donto.recall("
+        "%s, k => %s, context => %s, arms => %s)", (q, k, CTX, arms)).fetchall()
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(q=st.sampled_from(QUERIES), k1=st.integers(1, 40), extra=st.integers(1, 40),
+       arms=st.sampled_from(["hybrid", "vector", "lexical"]),
+       pool_min=st.sampled_from(["100", "45"]))
+def test_first_k_rows_do_not_depend_on_a_larger_k(kdb, q, k1, extra, arms, pool_min) -> None:
+    # pool_min 45: a pool smaller than the context (about 100 chunks); k stays within it.
+    kdb.execute("select set_config('donto.recall_pool_min', %s, false)", (pool_min,))
+    k2 = min(k1 + extra, int(pool_min))
+    k1 = min(k1, k2)
+    small = _recall(kdb, q, k1, arms)
+    large = _recall(kdb, q, k2, arms)
+    if arms != "lexical":  # the lexical arm finds only chunks holding a query word
+        assert len(small) == k1 and len(large) == k2
+    assert len(small) == min(k1, len(large))
+    assert large[:k1] == small
+    kdb.rollback()

@@ -1,0 +1,227 @@
+"""Standing memory on a real server: projection, anchoring, superseding, as_of, recall's
+standing slots, the payload's standing section, readers' access."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from donto_pg import loader
+from donto_pg.embed import embed_pending
+from tests.conftest import write_chat
+
+pytestmark = pytest.mark.slow
+
+CTX = "ctx:memory/episodic/beam/100K/1"
+METRIC = "Always use metric units when I ask about recipes."
+VEGGIE = "I prefer vegetarian dishes for dinner."
+IMPERIAL = "From now on, when I ask about recipes, always use imperial units."
+FILLER = ("Pancakes need flour, milk, eggs and a hot pan. Whisk the batter until smooth, rest "
+          "it for ten minutes, then cook each side until golden. ") * 6
+
+
+def _batch(n: int, date: str, user_texts: list[str], first_id: int) -> dict:
+    turns, i = [], first_id
+    for text in user_texts:
+        turns.append([
+            {"role": "user", "id": i, "content": text, "question_type": "main_question",
+             **({"time_anchor": date} if not turns else {})},
+            {"role": "assistant", "id": i + 1, "content": FILLER},
+        ])
+        i += 2
+    return {"batch_number": n, "time_anchor": None, "turns": turns}
+
+
+SESSION1 = _batch(1, "January-10-2024",
+                  [f"{METRIC} What is a good pancake recipe? ->-> 1,1",
+                   f"Thanks. {VEGGIE} ->-> 1,2",
+                   "How long should the batter rest? ->-> 1,3"], 0)
+SESSION2 = _batch(2, "February-20-2024",
+                  [f"{IMPERIAL} Now, how do I make bread? ->-> 2,1",
+                   "What oven temperature works best? ->-> 2,2"], 6)
+
+
+def _load(conn: psycopg.Connection, root, batches) -> int:
+    d = write_chat(root, "1", batches)
+    res = loader.load_beam(conn, str(d.parent.parent.parent))
+    assert [r.ok for r in res] == [True], res[0].error
+    conn.commit()
+    return res[0].revision_id
+
+
+def _body(conn, rev: int) -> str:
+    return conn.execute("select body from donto.revision where revision_id = %s",
+                        (rev,)).fetchone()[0]
+
+
+def _standing(conn, as_of=None) -> list[tuple]:
+    return conn.execute(
+        "select statement_id, revision_id, kind, statement_text, superseded_by, valid_time "
+        "from donto.standing(%s, as_of => %s)", (CTX, as_of)).fetchall()
+
+
+def test_projection_is_anchored_and_idempotent(db, tmp_path) -> None:
+    rev = _load(db, tmp_path, [SESSION1, SESSION2])
+    body = _body(db, rev)
+    rows = db.execute(
+        "select s.char_start, s.char_end, s.object_lit ->> 'v', s.predicate, x.kind, t.role, "
+        "t.char_start, t.char_end from donto.x_standing as x "
+        "join donto.statement as s using (statement_id) "
+        "join donto.turn as t on t.revision_id = x.revision_id and t.seq = x.turn_seq "
+        "where x.revision_id = %s order by x.ord", (rev,)).fetchall()
+    assert [r[2] for r in rows] == [METRIC, VEGGIE, IMPERIAL]
+    for start, end, text, pred, kind, role, t_start, t_end in rows:
+        assert body[start:end] == text  # offsets give the exact text
+        assert db.execute("select substring(body from %s + 1 for %s - %s) from donto.revision "
+                          "where revision_id = %s", (start, end, start, rev)).fetchone()[0] == text
+        assert pred == f"mem:standing/{kind}" and role == "user"
+        assert t_start <= start < end <= t_end
+    before = db.execute("select count(*) from donto.statement").fetchone()[0]
+    assert db.execute("select donto.project_standing(%s)", (rev,)).fetchone()[0] == 3
+    assert _load(db, tmp_path / "again", [SESSION1, SESSION2]) == rev
+    assert db.execute("select count(*) from donto.statement").fetchone()[0] == before
+
+
+def test_a_later_instruction_on_the_same_subject_supersedes(db, tmp_path) -> None:
+    _load(db, tmp_path, [SESSION1, SESSION2])
+    rows = {r[3]: r for r in _standing(db)}
+    assert rows[METRIC][4] == rows[IMPERIAL][0]
+    assert rows[IMPERIAL][4] is None and rows[VEGGIE][4] is None
+    # Valid time: the metric rule held from its session until the imperial one's date.
+    lo, hi = db.execute("select lower(%s::daterange)::text, upper(%s::daterange)::text",
+                        (rows[METRIC][5], rows[METRIC][5])).fetchone()
+    assert (lo, hi) == ("2024-01-10", "2024-02-20")
+    assert str(rows[IMPERIAL][5].upper) == "None"
+
+
+def test_as_of_sees_what_was_in_force_then(db, tmp_path) -> None:
+    rev1 = _load(db, tmp_path / "v1", [SESSION1])
+    t1 = db.execute("select clock_timestamp()").fetchone()[0]
+    db.commit()
+    rev2 = _load(db, tmp_path / "v2", [SESSION1, SESSION2])
+    assert rev2 != rev1
+    then = {r[3]: r for r in _standing(db, t1)}
+    assert set(then) == {METRIC, VEGGIE} and then[METRIC][4] is None
+    assert {r[1] for r in then.values()} == {rev1}
+    now_in_force = [(r[1], r[3]) for r in _standing(db) if r[4] is None]
+    assert sorted(now_in_force) == sorted([(rev2, VEGGIE), (rev2, IMPERIAL)])
+    # A retraction is seen from its transaction time on.
+    imperial = next(r[0] for r in _standing(db) if r[3] == IMPERIAL)
+    db.execute("insert into donto.retraction (statement_id, reason) values (%s, 'test')",
+               (imperial,))
+    db.commit()
+    in_force = {r[3] for r in _standing(db) if r[4] is None}
+    assert IMPERIAL not in in_force and METRIC in in_force
+
+
+@pytest.fixture
+def embedded(db, tmp_path):
+    _load(db, tmp_path, [SESSION1, SESSION2])
+    report = embed_pending(db, progress=False)
+    assert report.standing == 3
+    assert embed_pending(db, progress=False).standing == 0
+    db.execute("set donto.recall_standing_min = '-1'")
+    return db
+
+
+def test_recall_gives_standing_statements_in_force_in_reserved_slots(embedded) -> None:
+    db = embedded
+    rows = db.execute("select statement_id, chunk_text, vector_rank, lexical_rank "
+                      "from donto.recall('Give me a recipe for lasagna', k => 6, "
+                      "context => %s)", (CTX,)).fetchall()
+    assert len(rows) == 6
+    standing = [r for r in rows if r[2] is None and r[3] is None]
+    assert rows[1:3] == standing  # the slots after the best chunk, null ranks
+    assert {r[1] for r in standing} == {IMPERIAL, VEGGIE}  # never the superseded one
+    assert METRIC not in {r[1] for r in rows}
+    db.execute("set donto.recall_standing_after = '0'")
+    first = db.execute("select statement_id, chunk_text, vector_rank, lexical_rank "
+                       "from donto.recall('Give me a recipe for lasagna', k => 6, "
+                       "context => %s)", (CTX,)).fetchall()
+    assert first[:2] == standing and first[2:] == [rows[0], *rows[3:]]
+    db.execute("set donto.recall_standing_slots = '1'")
+    one = db.execute("select vector_rank, lexical_rank from donto.recall("
+                     "'Give me a recipe for lasagna', k => 6, context => %s)", (CTX,)).fetchall()
+    assert one[0] == (None, None) and all(r != (None, None) for r in one[1:])
+    db.execute("set donto.recall_standing_slots = '0'")
+    none = db.execute("select count(*) from donto.recall('Give me a recipe for lasagna', "
+                      "k => 6, context => %s) where vector_rank is null and lexical_rank is null",
+                      (CTX,)).fetchone()[0]
+    assert none == 0
+    lexical = db.execute("select count(*) from donto.recall('recipe', k => 6, context => %s, "
+                         "arms => 'lexical') where lexical_rank is null", (CTX,)).fetchone()[0]
+    assert lexical == 0
+
+
+def test_payload_keeps_the_standing_section_until_the_chunks_are_gone(embedded) -> None:
+    db = embedded
+    q = "Give me a recipe for lasagna"
+
+    def payload(budget: int):
+        try:
+            p = db.execute("select donto.recall_payload(%s, %s, k => 8, context => %s)",
+                           (q, budget, CTX)).fetchone()[0]
+        except psycopg.errors.InvalidParameterValue:
+            db.rollback()
+            db.execute("set donto.recall_standing_min = '-1'")
+            return None
+        return p
+
+    full = payload(100_000)
+    assert [s["text"] for s in full["standing"]] in ([IMPERIAL, VEGGIE], [VEGGIE, IMPERIAL])
+    assert all(m["id"] not in {s["id"] for s in full["standing"]} for m in full["memories"])
+    seen_cut_chunks = False
+    for budget in range(full["tokens"], 0, -max(7, full["tokens"] // 40)):
+        p = payload(budget)
+        if p is None:
+            break
+        assert p["tokens"] <= budget
+        if p["omitted"].get("standing"):
+            # standing statements go only once no memory and no chunk text is left
+            assert p["memories"] == [] and p["chunks"] == {}
+        else:
+            assert len(p["standing"]) == 2
+        if p["omitted"].get("memories") and len(p["standing"]) == 2:
+            seen_cut_chunks = True
+    assert seen_cut_chunks
+
+
+def test_readers_read_and_recall_standing_but_cannot_write(embedded, connect) -> None:
+    reader = connect("donto_reader")
+    reader.execute("set donto.recall_standing_min = '-1'")
+    texts = [r[0] for r in reader.execute(
+        "select statement_text from donto.standing(%s) where superseded_by is null",
+        (CTX,)).fetchall()]
+    assert sorted(texts) == sorted([VEGGIE, IMPERIAL])
+    rows = reader.execute("select chunk_text from donto.recall('recipe', k => 3, context => %s)",
+                          (CTX,)).fetchall()
+    assert {rows[1][0], rows[2][0]} == {VEGGIE, IMPERIAL}
+    p = reader.execute("select donto.recall_payload('recipe', 2000, context => %s)",
+                       (CTX,)).fetchone()[0]
+    assert len(p["standing"]) == 2
+    reader.commit()
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        reader.execute("select donto.project_standing(1)")
+    reader.rollback()
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        reader.execute("insert into donto.x_standing_vector select statement_id, model_id, "
+                       "embedding from donto.x_standing_vector limit 1")
+    reader.rollback()
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        reader.execute("select donto.ingest_standing_embeddings(1, '{}', '{}')")
+    reader.rollback()
+
+
+def test_bad_input_is_refused(db, tmp_path) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no revision"):
+        db.execute("select donto.project_standing(999999)")
+    db.rollback()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no context"):
+        db.execute("select * from donto.standing('ctx:nope')")
+    db.rollback()
+    _load(db, tmp_path, [SESSION1])
+    embed_pending(db, progress=False)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="not a standing"):
+        db.execute("select donto.ingest_standing_embeddings(1, '{1}', %s)",
+                   (["[" + ",".join(["0"] * 384) + "]"],))
+    db.rollback()
