@@ -436,10 +436,14 @@ as $$
 /*
 The standing statements (instructions, preferences, constraints) of the
 revisions projected into CONTEXT (a recall, extraction or standing context
-IRI; null: every revision), as the database knew them at AS_OF (recorded by
-then, not retracted by then), in the order they were said. SUPERSEDED_BY is
-the first later statement of the same kind and subject key among those (the
-knowledge-update rule), null for a statement still in force:
+IRI; null: every revision), found by the rule detector (donto.project_standing,
+x_standing.detector rules-v1) or by an LLM extraction run (standing claims,
+donto._standing_from_claims, llm-v1), as the database knew them at AS_OF
+(recorded by then, not retracted by then, nor the claim an LLM one was made
+from), in the order they were said. SUPERSEDED_BY is the first later
+statement of the same kind and subject key among those (the knowledge-update
+rule; for an LLM statement, else one found earlier for the same words), null
+for a statement still in force:
     select statement_text from donto.standing('ctx:memory/episodic/beam/100K/1')
     where superseded_by is null;
 */
