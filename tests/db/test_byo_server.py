@@ -169,10 +169,10 @@ def test_the_cli_prints_the_statement_a_dba_runs(dba_db):
         _create_extension(conn)
     with _connect(dba_db, "dba_set") as conn:
         conn.execute("select donto._py_boot()")
-        settings = conn.execute("select setconfig from pg_db_role_setting s join pg_database d "
-                                "on d.oid = s.setdatabase where d.datname = 'dba_set'"
-                                ).fetchone()[0]
-        assert settings == [f"donto.python_path={settings.python_path_setting()}"]
+        config = conn.execute("select setconfig from pg_db_role_setting s join pg_database d "
+                              "on d.oid = s.setdatabase where d.datname = 'dba_set'"
+                              ).fetchone()[0]
+        assert config == [f"donto.python_path={settings.python_path_setting()}"]
 
 
 def test_migrate_by_an_owner_who_is_not_a_superuser(dba_db):
