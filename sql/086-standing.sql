@@ -66,8 +66,8 @@ begin
     if not found then
         raise exception 'donto.project_standing: no revision %', rev_id using errcode = '22023';
     end if;
-    v_ctx := donto.ensure_context(coalesce(context, donto.standing_context_iri(v_iri)),
-                                  'standing');
+    v_ctx := donto._claim_context(coalesce(context, donto.standing_context_iri(v_iri)),
+                                  'standing', v_doc, 'donto.project_standing');
     perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
@@ -270,6 +270,7 @@ knowledge-update rule), null for a statement still in force:
 declare
     v_ctx bigint;
 begin
+    perform donto._check_as_of(as_of, 'donto.standing');
     if context is not null then
         select c.context_id into v_ctx from donto.context as c where c.iri = context;
         if not found then
