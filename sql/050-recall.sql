@@ -297,7 +297,7 @@ create or replace function donto._index_exact_max()
 returns bigint
 language plpgsql
 stable
-security invoker
+security definer
 set search_path to pg_catalog, pg_temp
 as $$
 /*
@@ -305,9 +305,8 @@ The bound above which donto.ensure_context_indexes gives a context an HNSW index
 own. The session's donto.recall_exact_max (donto.recall_exact_max()) counts as it is only
 for the schema's owner (or a superuser); for anybody else it may raise the bound but never
 lower it below the configured value: ALTER DATABASE ... SET or ALTER SYSTEM /
-postgresql.conf, else 10,000. So a writer's SET cannot make the owner build an index for
-every small context. Called by that definer, as the owner (pg_file_settings is for
-superusers).
+postgresql.conf, else 10,000. So a writer's SET (or PGOPTIONS) cannot make the owner build
+an index for every small context. Security definer: pg_file_settings is for superusers.
 */
 declare
     v_set bigint := donto.recall_exact_max();
