@@ -34,7 +34,9 @@ create table donto.context_owner (
 create index context_owner_document_idx on donto.context_owner (document_id);
 
 insert into donto.context_owner (context_id, document_id)
-select s.context_id, pg_catalog.min(s.document_id)
+select
+    s.context_id,
+    pg_catalog.min(s.document_id) as document_id
 from donto.statement as s
 where s.document_id is not null
 group by s.context_id
