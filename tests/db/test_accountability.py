@@ -317,6 +317,12 @@ def test_as_of_refuses_a_time_a_running_transaction_can_still_change(db, logins)
     assert r.execute("select donto.as_of_horizon()").fetchone()[0] == held
     w.rollback()
     assert as_of(later) == []
+    # ... but a reader's open transaction holds nothing back: it cannot write
+    idle_reader = as_reader()
+    idle_reader.execute("select 1")
+    time.sleep(0.05)
+    assert as_of(r.execute("select clock_timestamp()").fetchone()[0]) == []
+    idle_reader.rollback()
     # the caller's own transaction is its own: as_of(now()) inside it is answered
     mine = as_writer()
     mine.execute("select donto.retract(%s, 'again')", (sid,))
