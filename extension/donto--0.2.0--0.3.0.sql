@@ -767,14 +767,17 @@ The as_of horizon: the earliest transaction time that some running transaction c
 still write into history. A row's tx_from (and a retraction's) is its transaction's start,
 so a transaction that began at S and has not committed can still add facts or retractions
 stamped S; what was known at any T >= S is not settled until it ends. The horizon is the
-start of the oldest transaction of another session of this database that is still open,
-or the present (clock_timestamp()) when there is none; the caller's own transaction is
-the caller's to see. Security definer: pg_stat_activity shows another role's transaction
+start of the oldest transaction still open in another session of this database whose
+login can write donto rows (the owner, a superuser or a donto_writer; a donto_reader's
+open transaction holds nothing back), or the present (clock_timestamp()) when there is
+none; the caller's own transaction is the caller's to see. Security definer: pg_stat_activity shows another role's transaction
 start only to a superuser or a member of pg_read_all_stats.
 */
 declare
     v_now timestamptz := pg_catalog.clock_timestamp();
     v_oldest timestamptz;
+    v_owner oid := (select n.nspowner from pg_catalog.pg_namespace as n
+                    where n.nspname = 'donto');
 begin
     -- A fresh view of the backends (the statistics snapshot is cached per transaction).
     perform pg_catalog.pg_stat_clear_snapshot();
@@ -783,7 +786,12 @@ begin
     where a.datname = pg_catalog.current_database()
           and a.pid <> pg_catalog.pg_backend_pid()
           and a.backend_type = 'client backend'
-          and a.xact_start is not null;
+          and a.xact_start is not null
+          -- only a session that can write donto rows: its login is the owner (or a
+          -- superuser, a member of every role) or a donto_writer (SET ROLE reaches no
+          -- role its login is not a member of)
+          and (pg_catalog.pg_has_role(a.usesysid, 'donto_writer', 'MEMBER')
+               or pg_catalog.pg_has_role(a.usesysid, v_owner, 'MEMBER'));
     return least(v_now, v_oldest);
 end;
 $$;
