@@ -132,6 +132,13 @@ begin
     if p_tx is null then
         return;
     end if;
+    if p_tx >= pg_catalog.clock_timestamp() then
+        raise exception '%: transaction time % is in the future: it is not settled yet',
+            p_function, p_tx
+            using errcode = '55000',
+                  hint = 'Ask for a past time before donto.as_of_horizon(), or for the '
+                         'present without as_of.';
+    end if;
     v_horizon := donto.as_of_horizon();
     if p_tx >= v_horizon then
         raise exception '%: transaction time % is not settled yet: a transaction that began '

@@ -746,7 +746,7 @@ def test_an_injected_answer_from_a_real_provider_stores_no_current_fact(db, smal
     db.commit()
     assert db.execute("select count(*) from donto.statements_as_of(clock_timestamp()) "
                       "where object_lit ->> 'v' = 'hunter2'").fetchone()[0] == 0
-    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="not settled"):
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="in the future"):
         db.execute("select count(*) from donto.statements_as_of(now() + interval '1 day')")
     db.rollback()
 
