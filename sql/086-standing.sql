@@ -198,7 +198,8 @@ begin
     ) then
         return 0;
     end if;
-    v_ctx := donto.ensure_context(donto.standing_context_iri(v_iri), 'standing');
+    v_ctx := donto._claim_context(donto.standing_context_iri(v_iri), 'standing', v_doc,
+                                  'donto._standing_from_claims');
     perform pg_catalog.pg_advisory_xact_lock(2081, v_rev::integer);
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = v_rev and p.kind = 'standing' and p.strategy = 'llm-v1'
