@@ -243,7 +243,7 @@ def test_identical_text_is_embedded_once(db):
     first = embed_pending(db, progress=False)
     assert 0 < first.encoded <= first.embedded
     # the same revision projected into another context: every vector from the cache
-    n = db.execute("select donto.project_recall(%s, 1200, 'ctx:memory/episodic/copy')",
+    n = db.execute("select donto.project_recall(%s, 1200, 'ctx:test/copy')",
                    (rev,)).fetchone()[0]
     db.commit()
     again = embed_pending(db, progress=False)
@@ -300,7 +300,7 @@ def test_upgrade_to_014_caches_the_stored_vectors(empty_db):
         insert into donto.embedding (statement_id, model_id, context_id, embedding)
         select s.statement_id, m.model_id, c.context_id, '[1,0,0]' from s, m, c""")
     conn.commit()
-    assert migrate.migrate(conn)[-1] == "014-append.sql"
+    assert "014-append.sql" in migrate.migrate(conn)
     rows = conn.execute("select encode(sha256, 'hex'), embedding::text "
                         "from donto.embedding_cache").fetchall()
     assert rows == [(hashlib.sha256(b"ab").hexdigest(), "[1,0,0]")]
