@@ -138,8 +138,9 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
     check_body(body, conv.source or iri)
     with conn.transaction():
         existed = conn.execute(
-            "select 1 from donto.revision where sha256 = sha256(convert_to(%s, 'UTF8'))",
-            (body,)).fetchone()
+            "select 1 from donto.revision as r join donto.document as d using (document_id) "
+            "where d.iri = %s and r.sha256 = sha256(convert_to(%s, 'UTF8'))",
+            (iri, body)).fetchone()
         appended = existed is None and extends_latest(conn, iri, body)
         if appended:
             # A longer version of a known conversation: append (incremental projections).

@@ -267,6 +267,59 @@ comment on table donto.embedding_cache is
 
 insert into donto.migration (name, sha256) values ('014-append.sql', '2dc4fe3cef273d3bfb75364643c4f382ef7bd43b8d9ed5657d2d621341ce1cbc');
 
+-- migrations/015-accountability.sql
+-- 015: accountability and ownership (issue 10, section 4).
+--   * A retraction records who made it: the login role, the role the session had
+--     SET, the backend pid (its transaction time is tx_from). Rows retracted
+--     before this migration keep null there (nobody knows who made them).
+--   * The same body may be a revision of several documents: a revision is
+--     content-addressed within its document (unique (document_id, sha256)), so
+--     whoever registers a public text first does not block anybody else's copy,
+--     its turn table or its projections.
+--   * A context belongs to the document whose rows filled it first
+--     (donto.context_owner); the rows already stored decide the owner of the
+--     existing contexts that hold one document's rows only.
+
+-- Defaults set apart from ADD COLUMN, so that the rows stored before stay null
+-- (a volatile default in ADD COLUMN would stamp them with the migrating session).
+alter table donto.retraction add column login_role text;
+alter table donto.retraction alter column login_role set default session_user;
+alter table donto.retraction add column session_role text;
+alter table donto.retraction alter column session_role
+set default nullif(pg_catalog.current_setting('role'), 'none');
+alter table donto.retraction add column backend_pid integer;
+alter table donto.retraction alter column backend_pid set default pg_catalog.pg_backend_pid();
+
+alter table donto.revision drop constraint revision_sha256_key;
+alter table donto.revision add constraint revision_document_sha256_key
+unique (document_id, sha256);
+create index revision_sha256_idx on donto.revision (sha256);
+
+create table donto.context_owner (
+    context_id bigint primary key references donto.context,
+    document_id bigint not null references donto.document,
+    created_at timestamptz not null default now()
+);
+
+create index context_owner_document_idx on donto.context_owner (document_id);
+
+insert into donto.context_owner (context_id, document_id)
+select
+    s.context_id,
+    pg_catalog.min(s.document_id) as document_id
+from donto.statement as s
+where s.document_id is not null
+group by s.context_id
+having pg_catalog.count(distinct s.document_id) = 1
+order by s.context_id;
+
+comment on table donto.context_owner is
+'The document a context belongs to: only that document''s revisions are projected, '
+'extracted or appended into it (issue 10, section 4).';
+
+
+insert into donto.migration (name, sha256) values ('015-accountability.sql', 'd401d9838628fd98bad6aff947c4b5d04003cc5faf3bcc72c52fe490e466b4c4');
+
 -- migrations/017-turn-keys.sql
 -- 017: short recall keys per user turn. A user turn (~360 characters) inside a
 -- 1,200-character recall chunk is drowned by the assistant text around it; its
@@ -390,15 +443,16 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Register BODY as a revision of the document DOCUMENT_IRI and return its id.
-Content-addressed: the id is that of SHA-256(body); registering the same body
-again (also concurrently) returns the existing id. A different body for the
+Content-addressed within the document: the id is that of SHA-256(body) among the
+document's revisions; registering the same body again (also concurrently) returns the
+existing id. The same body under another document is that document's own revision (a
+public text registered first by somebody else blocks nobody). A different body for the
 same document is a new revision that supersedes the previous one.
 */
 declare
     v_doc bigint;
     v_sha bytea;
     v_rev bigint;
-    v_owner text;
     v_prev bigint;
 begin
     if document_iri is null or btrim(document_iri) = '' then
@@ -410,14 +464,10 @@ begin
     end if;
     v_sha := pg_catalog.sha256(pg_catalog.convert_to(body, 'UTF8'));
 
-    select r.revision_id, d.iri into v_rev, v_owner
+    select r.revision_id into v_rev
     from donto.revision as r inner join donto.document as d using (document_id)
-    where r.sha256 = v_sha;
+    where d.iri = document_iri and r.sha256 = v_sha;
     if found then
-        if v_owner <> document_iri then
-            raise exception 'donto.register_revision: this body is already revision % of %',
-                v_rev, v_owner using errcode = '23505';
-        end if;
         return v_rev;
     end if;
 
@@ -431,19 +481,21 @@ begin
 
     insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
     values (v_doc, v_sha, body, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'))
-    on conflict (sha256) do nothing
+    on conflict (document_id, sha256) do nothing
     returning revision_id into v_rev;
     if v_rev is null then
         -- Lost a race with an identical registration: return the winner.
-        select r.revision_id into strict v_rev from donto.revision as r where r.sha256 = v_sha;
+        select r.revision_id into strict v_rev from donto.revision as r
+        where r.document_id = v_doc and r.sha256 = v_sha;
     end if;
     return v_rev;
 end;
 $$;
 
 comment on function donto.register_revision(text, text, jsonb) is
-'Register a body as an immutable, content-addressed (SHA-256) revision of a document; '
-'idempotent: the same body returns the same revision id.';
+'Register a body as an immutable revision of a document, content-addressed (SHA-256) within '
+'the document; idempotent: the same body returns the same revision id; the same body under '
+'another document is that document''s own revision.';
 
 create or replace function donto._turn_rows(p_turns jsonb)
 returns table (
@@ -590,6 +642,68 @@ $$;
 comment on function donto.ensure_context(text, text) is
 'Return the id of a named context (graph) by IRI, creating it if needed.';
 
+create or replace function donto._claim_context(
+    p_iri text, p_kind text, p_document_id bigint, p_function text
+)
+returns bigint
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The id of context P_IRI, for rows of document P_DOCUMENT_ID (called by every path that
+files rows under a context). A context belongs to the document that filled it first
+(donto.context_owner); any other document is refused (42501). The names the donto
+functions give a document's contexts (ctx:memory/..., ctx:claims/..., ctx:measure/...)
+belong to that document from the start: another document may not claim one first.
+*/
+declare
+    v_iri text;
+    v_ctx bigint;
+    v_owner bigint;
+    v_owner_iri text;
+begin
+    select d.iri into strict v_iri from donto.document as d where d.document_id = p_document_id;
+    if p_iri is null or btrim(p_iri) = '' then
+        raise exception '%: the context is empty', p_function using errcode = '22023';
+    end if;
+    if (p_iri like 'ctx:memory/%' or p_iri like 'ctx:claims/%' or p_iri like 'ctx:measure/%')
+       and p_iri <> all(array[
+           donto.recall_context_iri(v_iri), donto.summary_context_iri(v_iri),
+           donto.standing_context_iri(v_iri), donto.claims_context_iri(v_iri),
+           donto.chunkqual_context_iri(v_iri)])
+       and not exists (select 1 from donto.ab_arm as a
+                       where donto.measure_context_iri(a.name, v_iri) = p_iri) then
+        raise exception '%: context % is not one of document %''s own contexts', p_function,
+            p_iri, v_iri
+            using errcode = '42501',
+                  hint = pg_catalog.format(
+                      'Names under ctx:memory/, ctx:claims/ and ctx:measure/ belong to the '
+                      'document they are made from (%s for %s); pass another name, or none.',
+                      donto.recall_context_iri(v_iri), v_iri);
+    end if;
+    v_ctx := donto.ensure_context(p_iri, p_kind);
+    insert into donto.context_owner (context_id, document_id) values (v_ctx, p_document_id)
+    on conflict (context_id) do nothing;
+    select o.document_id, d.iri into strict v_owner, v_owner_iri
+    from donto.context_owner as o inner join donto.document as d using (document_id)
+    where o.context_id = v_ctx;
+    if v_owner <> p_document_id then
+        raise exception '%: context % belongs to document %, not to %', p_function, p_iri,
+            v_owner_iri, v_iri
+            using errcode = '42501',
+                  hint = 'A context holds the rows of the document that filled it first; '
+                         'project this revision into a context of its own.';
+    end if;
+    return v_ctx;
+end;
+$$;
+
+comment on function donto._claim_context(text, text, bigint, text) is
+'The id of a context for rows of a document, claiming it for the document if nobody owns it; '
+'refuses (42501) a context of another document, or another document''s reserved name.';
+
 create or replace function donto.span_text(p_revision_id bigint, p_start integer, p_end integer)
 returns text
 language sql
@@ -620,7 +734,10 @@ volatile
 security definer
 set search_path to pg_catalog, pg_temp
 as $$
-/* Append a retraction of a statement; retracting twice returns the first retraction. */
+/* Append a retraction of a statement; retracting twice returns the first retraction.
+   The row records who retracted (column defaults, filled by the server, never from
+   arguments): the login role (session_user), the role the session SET (current_user is
+   the owner here), the backend pid and the transaction time (tx_from). */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
@@ -658,16 +775,127 @@ where not exists (
 comment on view donto.statement_current is
 'Statements as the database knows them now: every statement that has not been retracted.';
 
+create or replace view donto.retraction_log as
+select
+    r.retraction_id,
+    r.statement_id,
+    s.subject,
+    s.predicate,
+    ctx.iri as context,
+    d.iri as document,
+    r.reason,
+    r.tx_from as retracted_at,
+    r.login_role as retracted_by,
+    r.session_role as retracted_as,
+    r.backend_pid as retracted_pid
+from donto.retraction as r
+inner join donto.statement as s on r.statement_id = s.statement_id
+inner join donto.context as ctx on s.context_id = ctx.context_id
+left join donto.document as d on s.document_id = d.document_id;
+
+comment on view donto.retraction_log is
+'Every retraction with its statement, context and document, the reason, and who made it: '
+'login role, the role the session had SET, backend pid, transaction time (null for '
+'retractions stored before migration 015).';
+
+create or replace function donto.as_of_horizon()
+returns timestamptz
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The as_of horizon: the earliest transaction time that some running transaction could
+still write into history. A row's tx_from (and a retraction's) is its transaction's start,
+so a transaction that began at S and has not committed can still add facts or retractions
+stamped S; what was known at any T >= S is not settled until it ends. The horizon is the
+start of the oldest transaction still open in another session of this database whose
+login can write donto rows (the owner, a superuser or a donto_writer; a donto_reader's
+open transaction holds nothing back), or the present (clock_timestamp()) when there is
+none; the caller's own transaction is the caller's to see. Security definer: pg_stat_activity shows another role's transaction
+start only to a superuser or a member of pg_read_all_stats.
+*/
+declare
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_oldest timestamptz;
+    v_owner oid := (select n.nspowner from pg_catalog.pg_namespace as n
+                    where n.nspname = 'donto');
+begin
+    -- A fresh view of the backends (the statistics snapshot is cached per transaction).
+    perform pg_catalog.pg_stat_clear_snapshot();
+    select pg_catalog.min(a.xact_start) into v_oldest
+    from pg_catalog.pg_stat_activity as a
+    where a.datname = pg_catalog.current_database()
+          and a.pid <> pg_catalog.pg_backend_pid()
+          and a.backend_type = 'client backend'
+          and a.xact_start is not null
+          -- only a session that can write donto rows: its login is the owner (or a
+          -- superuser, a member of every role) or a donto_writer (SET ROLE reaches no
+          -- role its login is not a member of)
+          and (pg_catalog.pg_has_role(a.usesysid, 'donto_writer', 'MEMBER')
+               or pg_catalog.pg_has_role(a.usesysid, v_owner, 'MEMBER'));
+    return least(v_now, v_oldest);
+end;
+$$;
+
+comment on function donto.as_of_horizon() is
+'The earliest transaction time a running transaction of another session could still change '
+'(the start of the oldest open one, else now): as_of answers only for times before it.';
+
+create or replace function donto._check_as_of(p_tx timestamptz, p_function text)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* Refuse (55000) an as_of time at or after donto.as_of_horizon(): a transaction still
+   running could change what was known then, so no answer is given that could move. */
+declare
+    v_horizon timestamptz;
+begin
+    if p_tx is null then
+        return;
+    end if;
+    if p_tx >= pg_catalog.clock_timestamp() then
+        raise exception '%: transaction time % is in the future: it is not settled yet',
+            p_function, p_tx
+            using errcode = '55000',
+                  hint = 'Ask for a past time before donto.as_of_horizon(), or for the '
+                         'present without as_of.';
+    end if;
+    v_horizon := donto.as_of_horizon();
+    if p_tx >= v_horizon then
+        raise exception '%: transaction time % is not settled yet: a transaction that began '
+            'at % is still running and may still add or retract facts stamped then',
+            p_function, p_tx, v_horizon
+            using errcode = '55000',
+                  hint = pg_catalog.format(
+                      'Ask for a time before %s (donto.as_of_horizon()), or for the present '
+                      'without as_of; or wait until that transaction ends (pg_stat_activity, '
+                      'xact_start = %s).', v_horizon, v_horizon);
+    end if;
+end;
+$$;
+
+comment on function donto._check_as_of(timestamptz, text) is
+'Refuse (55000) an as_of time at or after donto.as_of_horizon(), so no as_of answer moves.';
+
 create or replace function donto.statements_as_of(tx timestamptz, valid date default null)
 returns setof donto.statement
-language sql
-stable
+language plpgsql
+volatile
 set search_path to pg_catalog, pg_temp
 as $$
 /*
 What the database knew at transaction time TX: statements recorded by then and not
 retracted by then; with VALID, only those whose valid time contains that date.
+TX must lie before donto.as_of_horizon() (else 55000): an answer never changes later.
 */
+begin
+    perform donto._check_as_of(tx, 'donto.statements_as_of');
+    return query
     select s.*
     from donto.statement as s
     where s.tx_from <= tx
@@ -676,10 +904,12 @@ retracted by then; with VALID, only those whose valid time contains that date.
               select 1 from donto.retraction as r
               where r.statement_id = s.statement_id and r.tx_from <= tx
           );
+end;
 $$;
 
 comment on function donto.statements_as_of(timestamptz, date) is
-'Bitemporal query: statements known at transaction time TX (and valid at VALID, if given).';
+'Bitemporal query: statements known at transaction time TX (and valid at VALID, if given); '
+'TX before donto.as_of_horizon(), so the answer never moves.';
 
 
 -- sql/040-python.sql
@@ -960,7 +1190,8 @@ begin
     if not found then
         raise exception 'donto.project_recall: no revision %', rev_id using errcode = '22023';
     end if;
-    v_ctx := donto.ensure_context(coalesce(context, donto.recall_context_iri(v_iri)), 'recall');
+    v_ctx := donto._claim_context(coalesce(context, donto.recall_context_iri(v_iri)), 'recall',
+                                  v_doc, 'donto.project_recall');
     perform pg_catalog.pg_advisory_xact_lock(2058, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
@@ -1182,6 +1413,52 @@ drop trigger if exists embedding_context on donto.embedding;
 create trigger embedding_context before insert on donto.embedding
 for each row execute function donto._embedding_context();
 
+create or replace function donto._index_exact_max()
+returns bigint
+language plpgsql
+stable
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The bound above which donto.ensure_context_indexes gives a context an HNSW index of its
+own. The session's donto.recall_exact_max (donto.recall_exact_max()) counts as it is only
+for the schema's owner (or a superuser); for anybody else it may raise the bound but never
+lower it below the configured value: ALTER DATABASE ... SET or ALTER SYSTEM /
+postgresql.conf, else 10,000. So a writer's SET (or PGOPTIONS) cannot make the owner build
+an index for every small context. Security definer: pg_file_settings is for superusers.
+*/
+declare
+    v_set bigint := donto.recall_exact_max();
+    v_conf text;
+begin
+    if pg_catalog.pg_has_role(
+        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
+                       where n.nspname = 'donto'), 'MEMBER') then
+        return v_set;
+    end if;
+    select pg_catalog.split_part(c.item, '=', 2) into v_conf
+    from pg_catalog.pg_db_role_setting as s
+    cross join lateral pg_catalog.unnest(s.setconfig) as c (item)
+    where s.setrole = 0
+          and s.setdatabase in (0, (select d.oid from pg_catalog.pg_database as d
+                                    where d.datname = pg_catalog.current_database()))
+          and c.item like 'donto.recall\_exact\_max=%'
+    order by s.setdatabase desc
+    limit 1;
+    if v_conf is null then
+        select f.setting into v_conf from pg_catalog.pg_file_settings as f
+        where f.name = 'donto.recall_exact_max' and f.applied
+        order by f.seqno desc limit 1;
+    end if;
+    return greatest(v_set, coalesce(v_conf, '10000')::bigint);
+end;
+$$;
+
+comment on function donto._index_exact_max() is
+'The context size above which ensure_context_indexes builds an HNSW index: the session''s '
+'donto.recall_exact_max for the owner; for other callers never below the configured bound.';
+
 create or replace function donto.ensure_context_indexes(p_model_id integer)
 returns integer
 language plpgsql
@@ -1191,7 +1468,9 @@ set search_path to pg_catalog, public, pg_temp
 as $$
 /*
 Create the missing HNSW cosine indexes of one model for the contexts holding
-more than donto.recall_exact_max() of its vectors: one partial index per context
+more than donto._index_exact_max() of its vectors (the session's
+donto.recall_exact_max only for the owner; another caller may raise the bound, never
+lower it below the configured one): one partial index per context
 (embedding_hnsw_m<model>_c<context>), so that recall in that context reads that
 index alone, whatever else is stored; smaller contexts are scanned exactly.
 Returns how many indexes were created (a second call creates none). Index names
@@ -1199,7 +1478,7 @@ and bounds are built from the model's and contexts' id numbers only.
 */
 declare
     v_dim integer;
-    v_min bigint := donto.recall_exact_max();
+    v_min bigint := donto._index_exact_max();
     v_name text;
     v_n integer := 0;
     v_ctxs bigint[];
@@ -1660,7 +1939,8 @@ context, or a chunk already returned) are left out. Ties in the score go to the
 later valid time (latest value wins), then to the later statement.
 
 CONTEXT limits to one context IRI; AS_OF to what the database knew then
-(statements recorded by then, not retracted by then). VECTOR_RANK and
+(statements recorded by then, not retracted by then; before donto.as_of_horizon(),
+else 55000). VECTOR_RANK and
 LEXICAL_RANK are the arms' ranks of the returned exchange (or chunk).
 */
 #variable_conflict use_column
@@ -1724,6 +2004,7 @@ begin
         raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
             v_unit using errcode = '22023';
     end if;
+    perform donto._check_as_of(as_of, 'donto.recall');
     if context is not null then
         select c.context_id into v_ctx from donto.context as c where c.iri = context;
         if not found then
@@ -2541,6 +2822,7 @@ touched. A revision that extends one projected with the same params
 (donto.extend_revision) is segmented again only from its last session.
 */
 declare
+    v_doc bigint;
     v_iri text;
     v_ctx bigint;
     v_proj bigint;
@@ -2548,14 +2830,15 @@ declare
     v_params jsonb;
     v_n integer;
 begin
-    select d.iri into v_iri
+    select r.document_id, d.iri into v_doc, v_iri
     from donto.revision as r inner join donto.document as d using (document_id)
     where r.revision_id = rev_id;
     if not found then
         raise exception 'donto.project_extraction: no revision %', rev_id using errcode = '22023';
     end if;
     v_params := donto._extraction_params(coalesce(params, '{}'));
-    v_ctx := donto.ensure_context(donto.claims_context_iri(v_iri), 'claims');
+    v_ctx := donto._claim_context(donto.claims_context_iri(v_iri), 'claims', v_doc,
+                                  'donto.project_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2060, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
@@ -3011,7 +3294,8 @@ begin
     inner join donto.revision as r on p.revision_id = r.revision_id
     inner join donto.document as d on r.document_id = d.document_id
     where p.projection_id = v_b.projection_id;
-    v_qctx := donto.ensure_context(donto.chunkqual_context_iri(v_iri), 'measure');
+    v_qctx := donto._claim_context(donto.chunkqual_context_iri(v_iri), 'measure', v_doc,
+                                   'donto.ingest_extraction');
 
     v_parsed := donto._parse_claims(v_response);
     v_status := v_parsed ->> 'status';
@@ -3406,7 +3690,11 @@ select  -- noqa: ST06
     t.family as prompt_family,
     t.version as prompt_version,
     c.src_chunk as recall_chunks,
-    rt.reason as retraction_reason
+    rt.reason as retraction_reason,
+    rt.tx_from as retracted_at,
+    rt.login_role as retracted_by,
+    rt.session_role as retracted_as,
+    rt.backend_pid as retracted_pid
 from donto.x_claim as c
 inner join donto.statement as s on c.statement_id = s.statement_id
 inner join donto.extraction_block as b on c.block_id = b.block_id
@@ -3423,8 +3711,9 @@ comment on view donto.claim_provenance is
 'Every extracted claim with the exact evidence text (taken from the revision by character '
 'offsets), '
 'anchoring method and score, block, revision, document, run, model, prompt version, '
-'transaction time, the overlapping recall chunks, and why it is retracted (an unanchored '
-'claim or one from an injected response is stored retracted: never a current fact).';
+'transaction time, the overlapping recall chunks, and why, when and by whom it is retracted '
+'(an unanchored claim or one from an injected response is stored retracted: never a current '
+'fact).';
 
 
 -- sql/071-claims-as-of.sql
@@ -3442,7 +3731,8 @@ The extracted claims the database knew at transaction time TX (and, with VALID, 
 that date): donto.claim_provenance restricted to donto.statements_as_of(TX, VALID), so the
 transaction-time rule is that function's (volatile like it: it may check TX against a
 horizon). Every row was a current claim at TX: retracted
-is false and retraction_reason null (a later retraction does not show).
+is false and retraction_reason and the retracted_* columns null (a later retraction does
+not show).
     select subject, predicate, object, evidence_text
     from donto.claims_as_of(now() - interval '1 day');
 */
@@ -3476,7 +3766,11 @@ is false and retraction_reason null (a later retraction does not show).
         c.prompt_family,
         c.prompt_version,
         c.recall_chunks,
-        null::text as retraction_reason
+        null::text as retraction_reason,
+        null::timestamptz as retracted_at,
+        null::text as retracted_by,
+        null::text as retracted_as,
+        null::integer as retracted_pid
     from donto.claim_provenance as c
     inner join donto.statements_as_of(tx, valid) as s on c.claim_id = s.statement_id;
 $$;
@@ -3642,7 +3936,8 @@ begin
     v_strategy := case v_arm.strategy when 'fixed' then 'ab/fixed-window'
                                       else 'ab/turn-coherent-v1' end;
     v_params := pg_catalog.jsonb_build_object('arm', v_arm.name) || v_arm.params;
-    v_ctx := donto.ensure_context(donto.measure_context_iri(v_arm.name, v_iri), 'measure');
+    v_ctx := donto._claim_context(donto.measure_context_iri(v_arm.name, v_iri), 'measure',
+                                  v_doc, 'donto.ab_project_arm');
     perform pg_catalog.pg_advisory_xact_lock(2071, p_revision_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
@@ -4417,7 +4712,8 @@ begin
     select r.document_id, d.iri into v_doc, v_iri
     from donto.revision as r inner join donto.document as d using (document_id)
     where r.revision_id = p_revision_id;
-    v_ctx := donto.ensure_context(donto.summary_context_iri(v_iri), 'summary');
+    v_ctx := donto._claim_context(donto.summary_context_iri(v_iri), 'summary', v_doc,
+                                  'donto.record_session_summary');
     insert into donto.statement (
         subject, predicate, object_lit, context_id, valid_time, document_id,
         derived_from_revision, char_start, char_end
@@ -5440,8 +5736,8 @@ begin
     if not found then
         raise exception 'donto.project_standing: no revision %', rev_id using errcode = '22023';
     end if;
-    v_ctx := donto.ensure_context(coalesce(context, donto.standing_context_iri(v_iri)),
-                                  'standing');
+    v_ctx := donto._claim_context(coalesce(context, donto.standing_context_iri(v_iri)),
+                                  'standing', v_doc, 'donto.project_standing');
     perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
@@ -5572,7 +5868,8 @@ begin
     ) then
         return 0;
     end if;
-    v_ctx := donto.ensure_context(donto.standing_context_iri(v_iri), 'standing');
+    v_ctx := donto._claim_context(donto.standing_context_iri(v_iri), 'standing', v_doc,
+                                  'donto._standing_from_claims');
     perform pg_catalog.pg_advisory_xact_lock(2081, v_rev::integer);
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = v_rev and p.kind = 'standing' and p.strategy = 'llm-v1'
@@ -5824,6 +6121,7 @@ for a statement still in force:
 declare
     v_ctx bigint;
 begin
+    perform donto._check_as_of(as_of, 'donto.standing');
     if context is not null then
         select c.context_id into v_ctx from donto.context as c where c.iri = context;
         if not found then
@@ -6267,7 +6565,8 @@ begin
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor',
-                                    'warmup', 'claims_as_of'))
+                                    'warmup', 'claims_as_of', 'statements_as_of',
+                                    'as_of_horizon', '_check_as_of'))
               and not (l.lanname = 'plpython3u' and p.proname like '\_%'
                        and p.proname <> '_py_boot')
     loop
@@ -6563,6 +6862,44 @@ comment on column donto.retraction.reason is
 'Why it was retracted (never blank).';
 comment on column donto.retraction.tx_from is
 'Transaction time of the retraction.';
+comment on column donto.retraction.login_role is
+'Who retracted: the login role of the session (session_user), set by the server; null for '
+'retractions stored before migration 015.';
+comment on column donto.retraction.session_role is
+'The role the retracting session had SET (SET ROLE: one the login is a member of), null when '
+'it set none (or before migration 015).';
+comment on column donto.retraction.backend_pid is
+'The backend process id of the retracting session (null before migration 015).';
+
+comment on column donto.context_owner.context_id is
+'The context (donto.context) owned.';
+comment on column donto.context_owner.document_id is
+'The document whose rows alone may be filed under the context.';
+comment on column donto.context_owner.created_at is
+'When the document claimed the context (its first rows there, or migration 015).';
+
+comment on column donto.retraction_log.retraction_id is
+'Identity of the retraction.';
+comment on column donto.retraction_log.statement_id is
+'The retracted statement.';
+comment on column donto.retraction_log.subject is
+'Its subject.';
+comment on column donto.retraction_log.predicate is
+'Its predicate.';
+comment on column donto.retraction_log.context is
+'The IRI of its context.';
+comment on column donto.retraction_log.document is
+'The IRI of its document (null for a statement of no document).';
+comment on column donto.retraction_log.reason is
+'Why it was retracted.';
+comment on column donto.retraction_log.retracted_at is
+'Transaction time of the retraction.';
+comment on column donto.retraction_log.retracted_by is
+'The login role that retracted it (null before migration 015).';
+comment on column donto.retraction_log.retracted_as is
+'The role that session had SET, if any.';
+comment on column donto.retraction_log.retracted_pid is
+'The backend pid of that session.';
 
 comment on column donto.projection.projection_id is
 'Identity of the projection.';
@@ -6946,6 +7283,14 @@ comment on column donto.claim_provenance.recall_chunks is
 'Recall chunks overlapping the evidence.';
 comment on column donto.claim_provenance.retraction_reason is
 'Why it is retracted.';
+comment on column donto.claim_provenance.retracted_at is
+'Transaction time of its retraction.';
+comment on column donto.claim_provenance.retracted_by is
+'The login role that retracted it (donto.retraction.login_role).';
+comment on column donto.claim_provenance.retracted_as is
+'The role the retracting session had SET (donto.retraction.session_role).';
+comment on column donto.claim_provenance.retracted_pid is
+'The backend pid of the retracting session.';
 
 comment on column donto.ab_report.revisions is
 'Holdout revisions.';

@@ -26,15 +26,16 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Register BODY as a revision of the document DOCUMENT_IRI and return its id.
-Content-addressed: the id is that of SHA-256(body); registering the same body
-again (also concurrently) returns the existing id. A different body for the
+Content-addressed within the document: the id is that of SHA-256(body) among the
+document's revisions; registering the same body again (also concurrently) returns the
+existing id. The same body under another document is that document's own revision (a
+public text registered first by somebody else blocks nobody). A different body for the
 same document is a new revision that supersedes the previous one.
 */
 declare
     v_doc bigint;
     v_sha bytea;
     v_rev bigint;
-    v_owner text;
     v_prev bigint;
 begin
     if document_iri is null or btrim(document_iri) = '' then
@@ -46,14 +47,10 @@ begin
     end if;
     v_sha := pg_catalog.sha256(pg_catalog.convert_to(body, 'UTF8'));
 
-    select r.revision_id, d.iri into v_rev, v_owner
+    select r.revision_id into v_rev
     from donto.revision as r inner join donto.document as d using (document_id)
-    where r.sha256 = v_sha;
+    where d.iri = document_iri and r.sha256 = v_sha;
     if found then
-        if v_owner <> document_iri then
-            raise exception 'donto.register_revision: this body is already revision % of %',
-                v_rev, v_owner using errcode = '23505';
-        end if;
         return v_rev;
     end if;
 
@@ -67,19 +64,21 @@ begin
 
     insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
     values (v_doc, v_sha, body, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'))
-    on conflict (sha256) do nothing
+    on conflict (document_id, sha256) do nothing
     returning revision_id into v_rev;
     if v_rev is null then
         -- Lost a race with an identical registration: return the winner.
-        select r.revision_id into strict v_rev from donto.revision as r where r.sha256 = v_sha;
+        select r.revision_id into strict v_rev from donto.revision as r
+        where r.document_id = v_doc and r.sha256 = v_sha;
     end if;
     return v_rev;
 end;
 $$;
 
 comment on function donto.register_revision(text, text, jsonb) is
-'Register a body as an immutable, content-addressed (SHA-256) revision of a document; '
-'idempotent: the same body returns the same revision id.';
+'Register a body as an immutable revision of a document, content-addressed (SHA-256) within '
+'the document; idempotent: the same body returns the same revision id; the same body under '
+'another document is that document''s own revision.';
 
 create or replace function donto._turn_rows(p_turns jsonb)
 returns table (
@@ -225,6 +224,68 @@ $$;
 
 comment on function donto.ensure_context(text, text) is
 'Return the id of a named context (graph) by IRI, creating it if needed.';
+
+create or replace function donto._claim_context(
+    p_iri text, p_kind text, p_document_id bigint, p_function text
+)
+returns bigint
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The id of context P_IRI, for rows of document P_DOCUMENT_ID (called by every path that
+files rows under a context). A context belongs to the document that filled it first
+(donto.context_owner); any other document is refused (42501). The names the donto
+functions give a document's contexts (ctx:memory/..., ctx:claims/..., ctx:measure/...)
+belong to that document from the start: another document may not claim one first.
+*/
+declare
+    v_iri text;
+    v_ctx bigint;
+    v_owner bigint;
+    v_owner_iri text;
+begin
+    select d.iri into strict v_iri from donto.document as d where d.document_id = p_document_id;
+    if p_iri is null or btrim(p_iri) = '' then
+        raise exception '%: the context is empty', p_function using errcode = '22023';
+    end if;
+    if (p_iri like 'ctx:memory/%' or p_iri like 'ctx:claims/%' or p_iri like 'ctx:measure/%')
+       and p_iri <> all(array[
+           donto.recall_context_iri(v_iri), donto.summary_context_iri(v_iri),
+           donto.standing_context_iri(v_iri), donto.claims_context_iri(v_iri),
+           donto.chunkqual_context_iri(v_iri)])
+       and not exists (select 1 from donto.ab_arm as a
+                       where donto.measure_context_iri(a.name, v_iri) = p_iri) then
+        raise exception '%: context % is not one of document %''s own contexts', p_function,
+            p_iri, v_iri
+            using errcode = '42501',
+                  hint = pg_catalog.format(
+                      'Names under ctx:memory/, ctx:claims/ and ctx:measure/ belong to the '
+                      'document they are made from (%s for %s); pass another name, or none.',
+                      donto.recall_context_iri(v_iri), v_iri);
+    end if;
+    v_ctx := donto.ensure_context(p_iri, p_kind);
+    insert into donto.context_owner (context_id, document_id) values (v_ctx, p_document_id)
+    on conflict (context_id) do nothing;
+    select o.document_id, d.iri into strict v_owner, v_owner_iri
+    from donto.context_owner as o inner join donto.document as d using (document_id)
+    where o.context_id = v_ctx;
+    if v_owner <> p_document_id then
+        raise exception '%: context % belongs to document %, not to %', p_function, p_iri,
+            v_owner_iri, v_iri
+            using errcode = '42501',
+                  hint = 'A context holds the rows of the document that filled it first; '
+                         'project this revision into a context of its own.';
+    end if;
+    return v_ctx;
+end;
+$$;
+
+comment on function donto._claim_context(text, text, bigint, text) is
+'The id of a context for rows of a document, claiming it for the document if nobody owns it; '
+'refuses (42501) a context of another document, or another document''s reserved name.';
 
 create or replace function donto.span_text(p_revision_id bigint, p_start integer, p_end integer)
 returns text

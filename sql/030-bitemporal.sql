@@ -8,7 +8,10 @@ volatile
 security definer
 set search_path to pg_catalog, pg_temp
 as $$
-/* Append a retraction of a statement; retracting twice returns the first retraction. */
+/* Append a retraction of a statement; retracting twice returns the first retraction.
+   The row records who retracted (column defaults, filled by the server, never from
+   arguments): the login role (session_user), the role the session SET (current_user is
+   the owner here), the backend pid and the transaction time (tx_from). */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
@@ -46,16 +49,127 @@ where not exists (
 comment on view donto.statement_current is
 'Statements as the database knows them now: every statement that has not been retracted.';
 
+create or replace view donto.retraction_log as
+select
+    r.retraction_id,
+    r.statement_id,
+    s.subject,
+    s.predicate,
+    ctx.iri as context,
+    d.iri as document,
+    r.reason,
+    r.tx_from as retracted_at,
+    r.login_role as retracted_by,
+    r.session_role as retracted_as,
+    r.backend_pid as retracted_pid
+from donto.retraction as r
+inner join donto.statement as s on r.statement_id = s.statement_id
+inner join donto.context as ctx on s.context_id = ctx.context_id
+left join donto.document as d on s.document_id = d.document_id;
+
+comment on view donto.retraction_log is
+'Every retraction with its statement, context and document, the reason, and who made it: '
+'login role, the role the session had SET, backend pid, transaction time (null for '
+'retractions stored before migration 015).';
+
+create or replace function donto.as_of_horizon()
+returns timestamptz
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The as_of horizon: the earliest transaction time that some running transaction could
+still write into history. A row's tx_from (and a retraction's) is its transaction's start,
+so a transaction that began at S and has not committed can still add facts or retractions
+stamped S; what was known at any T >= S is not settled until it ends. The horizon is the
+start of the oldest transaction still open in another session of this database whose
+login can write donto rows (the owner, a superuser or a donto_writer; a donto_reader's
+open transaction holds nothing back), or the present (clock_timestamp()) when there is
+none; the caller's own transaction is the caller's to see. Security definer: pg_stat_activity shows another role's transaction
+start only to a superuser or a member of pg_read_all_stats.
+*/
+declare
+    v_now timestamptz := pg_catalog.clock_timestamp();
+    v_oldest timestamptz;
+    v_owner oid := (select n.nspowner from pg_catalog.pg_namespace as n
+                    where n.nspname = 'donto');
+begin
+    -- A fresh view of the backends (the statistics snapshot is cached per transaction).
+    perform pg_catalog.pg_stat_clear_snapshot();
+    select pg_catalog.min(a.xact_start) into v_oldest
+    from pg_catalog.pg_stat_activity as a
+    where a.datname = pg_catalog.current_database()
+          and a.pid <> pg_catalog.pg_backend_pid()
+          and a.backend_type = 'client backend'
+          and a.xact_start is not null
+          -- only a session that can write donto rows: its login is the owner (or a
+          -- superuser, a member of every role) or a donto_writer (SET ROLE reaches no
+          -- role its login is not a member of)
+          and (pg_catalog.pg_has_role(a.usesysid, 'donto_writer', 'MEMBER')
+               or pg_catalog.pg_has_role(a.usesysid, v_owner, 'MEMBER'));
+    return least(v_now, v_oldest);
+end;
+$$;
+
+comment on function donto.as_of_horizon() is
+'The earliest transaction time a running transaction of another session could still change '
+'(the start of the oldest open one, else now): as_of answers only for times before it.';
+
+create or replace function donto._check_as_of(p_tx timestamptz, p_function text)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* Refuse (55000) an as_of time at or after donto.as_of_horizon(): a transaction still
+   running could change what was known then, so no answer is given that could move. */
+declare
+    v_horizon timestamptz;
+begin
+    if p_tx is null then
+        return;
+    end if;
+    if p_tx >= pg_catalog.clock_timestamp() then
+        raise exception '%: transaction time % is in the future: it is not settled yet',
+            p_function, p_tx
+            using errcode = '55000',
+                  hint = 'Ask for a past time before donto.as_of_horizon(), or for the '
+                         'present without as_of.';
+    end if;
+    v_horizon := donto.as_of_horizon();
+    if p_tx >= v_horizon then
+        raise exception '%: transaction time % is not settled yet: a transaction that began '
+            'at % is still running and may still add or retract facts stamped then',
+            p_function, p_tx, v_horizon
+            using errcode = '55000',
+                  hint = pg_catalog.format(
+                      'Ask for a time before %s (donto.as_of_horizon()), or for the present '
+                      'without as_of; or wait until that transaction ends (pg_stat_activity, '
+                      'xact_start = %s).', v_horizon, v_horizon);
+    end if;
+end;
+$$;
+
+comment on function donto._check_as_of(timestamptz, text) is
+'Refuse (55000) an as_of time at or after donto.as_of_horizon(), so no as_of answer moves.';
+
 create or replace function donto.statements_as_of(tx timestamptz, valid date default null)
 returns setof donto.statement
-language sql
-stable
+language plpgsql
+volatile
 set search_path to pg_catalog, pg_temp
 as $$
 /*
 What the database knew at transaction time TX: statements recorded by then and not
 retracted by then; with VALID, only those whose valid time contains that date.
+TX must lie before donto.as_of_horizon() (else 55000): an answer never changes later.
 */
+begin
+    perform donto._check_as_of(tx, 'donto.statements_as_of');
+    return query
     select s.*
     from donto.statement as s
     where s.tx_from <= tx
@@ -64,7 +178,9 @@ retracted by then; with VALID, only those whose valid time contains that date.
               select 1 from donto.retraction as r
               where r.statement_id = s.statement_id and r.tx_from <= tx
           );
+end;
 $$;
 
 comment on function donto.statements_as_of(timestamptz, date) is
-'Bitemporal query: statements known at transaction time TX (and valid at VALID, if given).';
+'Bitemporal query: statements known at transaction time TX (and valid at VALID, if given); '
+'TX before donto.as_of_horizon(), so the answer never moves.';

@@ -74,7 +74,8 @@ begin
     if not found then
         raise exception 'donto.project_recall: no revision %', rev_id using errcode = '22023';
     end if;
-    v_ctx := donto.ensure_context(coalesce(context, donto.recall_context_iri(v_iri)), 'recall');
+    v_ctx := donto._claim_context(coalesce(context, donto.recall_context_iri(v_iri)), 'recall',
+                                  v_doc, 'donto.project_recall');
     perform pg_catalog.pg_advisory_xact_lock(2058, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
@@ -296,6 +297,52 @@ drop trigger if exists embedding_context on donto.embedding;
 create trigger embedding_context before insert on donto.embedding
 for each row execute function donto._embedding_context();
 
+create or replace function donto._index_exact_max()
+returns bigint
+language plpgsql
+stable
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The bound above which donto.ensure_context_indexes gives a context an HNSW index of its
+own. The session's donto.recall_exact_max (donto.recall_exact_max()) counts as it is only
+for the schema's owner (or a superuser); for anybody else it may raise the bound but never
+lower it below the configured value: ALTER DATABASE ... SET or ALTER SYSTEM /
+postgresql.conf, else 10,000. So a writer's SET (or PGOPTIONS) cannot make the owner build
+an index for every small context. Security definer: pg_file_settings is for superusers.
+*/
+declare
+    v_set bigint := donto.recall_exact_max();
+    v_conf text;
+begin
+    if pg_catalog.pg_has_role(
+        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
+                       where n.nspname = 'donto'), 'MEMBER') then
+        return v_set;
+    end if;
+    select pg_catalog.split_part(c.item, '=', 2) into v_conf
+    from pg_catalog.pg_db_role_setting as s
+    cross join lateral pg_catalog.unnest(s.setconfig) as c (item)
+    where s.setrole = 0
+          and s.setdatabase in (0, (select d.oid from pg_catalog.pg_database as d
+                                    where d.datname = pg_catalog.current_database()))
+          and c.item like 'donto.recall\_exact\_max=%'
+    order by s.setdatabase desc
+    limit 1;
+    if v_conf is null then
+        select f.setting into v_conf from pg_catalog.pg_file_settings as f
+        where f.name = 'donto.recall_exact_max' and f.applied
+        order by f.seqno desc limit 1;
+    end if;
+    return greatest(v_set, coalesce(v_conf, '10000')::bigint);
+end;
+$$;
+
+comment on function donto._index_exact_max() is
+'The context size above which ensure_context_indexes builds an HNSW index: the session''s '
+'donto.recall_exact_max for the owner; for other callers never below the configured bound.';
+
 create or replace function donto.ensure_context_indexes(p_model_id integer)
 returns integer
 language plpgsql
@@ -305,7 +352,9 @@ set search_path to pg_catalog, public, pg_temp
 as $$
 /*
 Create the missing HNSW cosine indexes of one model for the contexts holding
-more than donto.recall_exact_max() of its vectors: one partial index per context
+more than donto._index_exact_max() of its vectors (the session's
+donto.recall_exact_max only for the owner; another caller may raise the bound, never
+lower it below the configured one): one partial index per context
 (embedding_hnsw_m<model>_c<context>), so that recall in that context reads that
 index alone, whatever else is stored; smaller contexts are scanned exactly.
 Returns how many indexes were created (a second call creates none). Index names
@@ -313,7 +362,7 @@ and bounds are built from the model's and contexts' id numbers only.
 */
 declare
     v_dim integer;
-    v_min bigint := donto.recall_exact_max();
+    v_min bigint := donto._index_exact_max();
     v_name text;
     v_n integer := 0;
     v_ctxs bigint[];
@@ -774,7 +823,8 @@ context, or a chunk already returned) are left out. Ties in the score go to the
 later valid time (latest value wins), then to the later statement.
 
 CONTEXT limits to one context IRI; AS_OF to what the database knew then
-(statements recorded by then, not retracted by then). VECTOR_RANK and
+(statements recorded by then, not retracted by then; before donto.as_of_horizon(),
+else 55000). VECTOR_RANK and
 LEXICAL_RANK are the arms' ranks of the returned exchange (or chunk).
 */
 #variable_conflict use_column
@@ -838,6 +888,7 @@ begin
         raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
             v_unit using errcode = '22023';
     end if;
+    perform donto._check_as_of(as_of, 'donto.recall');
     if context is not null then
         select c.context_id into v_ctx from donto.context as c where c.iri = context;
         if not found then

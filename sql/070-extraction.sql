@@ -316,6 +316,7 @@ touched. A revision that extends one projected with the same params
 (donto.extend_revision) is segmented again only from its last session.
 */
 declare
+    v_doc bigint;
     v_iri text;
     v_ctx bigint;
     v_proj bigint;
@@ -323,14 +324,15 @@ declare
     v_params jsonb;
     v_n integer;
 begin
-    select d.iri into v_iri
+    select r.document_id, d.iri into v_doc, v_iri
     from donto.revision as r inner join donto.document as d using (document_id)
     where r.revision_id = rev_id;
     if not found then
         raise exception 'donto.project_extraction: no revision %', rev_id using errcode = '22023';
     end if;
     v_params := donto._extraction_params(coalesce(params, '{}'));
-    v_ctx := donto.ensure_context(donto.claims_context_iri(v_iri), 'claims');
+    v_ctx := donto._claim_context(donto.claims_context_iri(v_iri), 'claims', v_doc,
+                                  'donto.project_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2060, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
@@ -786,7 +788,8 @@ begin
     inner join donto.revision as r on p.revision_id = r.revision_id
     inner join donto.document as d on r.document_id = d.document_id
     where p.projection_id = v_b.projection_id;
-    v_qctx := donto.ensure_context(donto.chunkqual_context_iri(v_iri), 'measure');
+    v_qctx := donto._claim_context(donto.chunkqual_context_iri(v_iri), 'measure', v_doc,
+                                   'donto.ingest_extraction');
 
     v_parsed := donto._parse_claims(v_response);
     v_status := v_parsed ->> 'status';
@@ -1181,7 +1184,11 @@ select  -- noqa: ST06
     t.family as prompt_family,
     t.version as prompt_version,
     c.src_chunk as recall_chunks,
-    rt.reason as retraction_reason
+    rt.reason as retraction_reason,
+    rt.tx_from as retracted_at,
+    rt.login_role as retracted_by,
+    rt.session_role as retracted_as,
+    rt.backend_pid as retracted_pid
 from donto.x_claim as c
 inner join donto.statement as s on c.statement_id = s.statement_id
 inner join donto.extraction_block as b on c.block_id = b.block_id
@@ -1198,5 +1205,6 @@ comment on view donto.claim_provenance is
 'Every extracted claim with the exact evidence text (taken from the revision by character '
 'offsets), '
 'anchoring method and score, block, revision, document, run, model, prompt version, '
-'transaction time, the overlapping recall chunks, and why it is retracted (an unanchored '
-'claim or one from an injected response is stored retracted: never a current fact).';
+'transaction time, the overlapping recall chunks, and why, when and by whom it is retracted '
+'(an unanchored claim or one from an injected response is stored retracted: never a current '
+'fact).';

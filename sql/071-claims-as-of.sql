@@ -12,7 +12,8 @@ The extracted claims the database knew at transaction time TX (and, with VALID, 
 that date): donto.claim_provenance restricted to donto.statements_as_of(TX, VALID), so the
 transaction-time rule is that function's (volatile like it: it may check TX against a
 horizon). Every row was a current claim at TX: retracted
-is false and retraction_reason null (a later retraction does not show).
+is false and retraction_reason and the retracted_* columns null (a later retraction does
+not show).
     select subject, predicate, object, evidence_text
     from donto.claims_as_of(now() - interval '1 day');
 */
@@ -46,7 +47,11 @@ is false and retraction_reason null (a later retraction does not show).
         c.prompt_family,
         c.prompt_version,
         c.recall_chunks,
-        null::text as retraction_reason
+        null::text as retraction_reason,
+        null::timestamptz as retracted_at,
+        null::text as retracted_by,
+        null::text as retracted_as,
+        null::integer as retracted_pid
     from donto.claim_provenance as c
     inner join donto.statements_as_of(tx, valid) as s on c.claim_id = s.statement_id;
 $$;

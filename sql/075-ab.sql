@@ -153,7 +153,8 @@ begin
     v_strategy := case v_arm.strategy when 'fixed' then 'ab/fixed-window'
                                       else 'ab/turn-coherent-v1' end;
     v_params := pg_catalog.jsonb_build_object('arm', v_arm.name) || v_arm.params;
-    v_ctx := donto.ensure_context(donto.measure_context_iri(v_arm.name, v_iri), 'measure');
+    v_ctx := donto._claim_context(donto.measure_context_iri(v_arm.name, v_iri), 'measure',
+                                  v_doc, 'donto.ab_project_arm');
     perform pg_catalog.pg_advisory_xact_lock(2071, p_revision_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p

@@ -91,7 +91,8 @@ begin
     select r.document_id, d.iri into v_doc, v_iri
     from donto.revision as r inner join donto.document as d using (document_id)
     where r.revision_id = p_revision_id;
-    v_ctx := donto.ensure_context(donto.summary_context_iri(v_iri), 'summary');
+    v_ctx := donto._claim_context(donto.summary_context_iri(v_iri), 'summary', v_doc,
+                                  'donto.record_session_summary');
     insert into donto.statement (
         subject, predicate, object_lit, context_id, valid_time, document_id,
         derived_from_revision, char_start, char_end

@@ -66,8 +66,8 @@ begin
     if not found then
         raise exception 'donto.project_standing: no revision %', rev_id using errcode = '22023';
     end if;
-    v_ctx := donto.ensure_context(coalesce(context, donto.standing_context_iri(v_iri)),
-                                  'standing');
+    v_ctx := donto._claim_context(coalesce(context, donto.standing_context_iri(v_iri)),
+                                  'standing', v_doc, 'donto.project_standing');
     perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
@@ -198,7 +198,8 @@ begin
     ) then
         return 0;
     end if;
-    v_ctx := donto.ensure_context(donto.standing_context_iri(v_iri), 'standing');
+    v_ctx := donto._claim_context(donto.standing_context_iri(v_iri), 'standing', v_doc,
+                                  'donto._standing_from_claims');
     perform pg_catalog.pg_advisory_xact_lock(2081, v_rev::integer);
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = v_rev and p.kind = 'standing' and p.strategy = 'llm-v1'
@@ -450,6 +451,7 @@ for a statement still in force:
 declare
     v_ctx bigint;
 begin
+    perform donto._check_as_of(as_of, 'donto.standing');
     if context is not null then
         select c.context_id into v_ctx from donto.context as c where c.iri = context;
         if not found then

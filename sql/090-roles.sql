@@ -58,7 +58,8 @@ begin
                    or p.proname in ('_py_boot', 'recall', 'recall_by_vector', 'recall_payload',
                                     'recall_summaries', 'recall_summaries_by_vector',
                                     'embed_query', 'render_for_extraction', 'anchor',
-                                    'warmup', 'claims_as_of'))
+                                    'warmup', 'claims_as_of', 'statements_as_of',
+                                    'as_of_horizon', '_check_as_of'))
               and not (l.lanname = 'plpython3u' and p.proname like '\_%'
                        and p.proname <> '_py_boot')
     loop

@@ -171,6 +171,44 @@ comment on column donto.retraction.reason is
 'Why it was retracted (never blank).';
 comment on column donto.retraction.tx_from is
 'Transaction time of the retraction.';
+comment on column donto.retraction.login_role is
+'Who retracted: the login role of the session (session_user), set by the server; null for '
+'retractions stored before migration 015.';
+comment on column donto.retraction.session_role is
+'The role the retracting session had SET (SET ROLE: one the login is a member of), null when '
+'it set none (or before migration 015).';
+comment on column donto.retraction.backend_pid is
+'The backend process id of the retracting session (null before migration 015).';
+
+comment on column donto.context_owner.context_id is
+'The context (donto.context) owned.';
+comment on column donto.context_owner.document_id is
+'The document whose rows alone may be filed under the context.';
+comment on column donto.context_owner.created_at is
+'When the document claimed the context (its first rows there, or migration 015).';
+
+comment on column donto.retraction_log.retraction_id is
+'Identity of the retraction.';
+comment on column donto.retraction_log.statement_id is
+'The retracted statement.';
+comment on column donto.retraction_log.subject is
+'Its subject.';
+comment on column donto.retraction_log.predicate is
+'Its predicate.';
+comment on column donto.retraction_log.context is
+'The IRI of its context.';
+comment on column donto.retraction_log.document is
+'The IRI of its document (null for a statement of no document).';
+comment on column donto.retraction_log.reason is
+'Why it was retracted.';
+comment on column donto.retraction_log.retracted_at is
+'Transaction time of the retraction.';
+comment on column donto.retraction_log.retracted_by is
+'The login role that retracted it (null before migration 015).';
+comment on column donto.retraction_log.retracted_as is
+'The role that session had SET, if any.';
+comment on column donto.retraction_log.retracted_pid is
+'The backend pid of that session.';
 
 comment on column donto.projection.projection_id is
 'Identity of the projection.';
@@ -554,6 +592,14 @@ comment on column donto.claim_provenance.recall_chunks is
 'Recall chunks overlapping the evidence.';
 comment on column donto.claim_provenance.retraction_reason is
 'Why it is retracted.';
+comment on column donto.claim_provenance.retracted_at is
+'Transaction time of its retraction.';
+comment on column donto.claim_provenance.retracted_by is
+'The login role that retracted it (donto.retraction.login_role).';
+comment on column donto.claim_provenance.retracted_as is
+'The role the retracting session had SET (donto.retraction.session_role).';
+comment on column donto.claim_provenance.retracted_pid is
+'The backend pid of the retracting session.';
 
 comment on column donto.ab_report.revisions is
 'Holdout revisions.';

@@ -141,8 +141,11 @@ def test_cli_add_reads_json_jsonl_and_text(db, tmp_path):
     assert b["messages"] == 3 and b["revision_id"] != a["revision_id"]
     r = run_cli(db, "add", str(tmp_path / "a.json"), "--no-embed", "--json")
     assert r.returncode == 0 and json.loads(r.stdout) == a  # idempotent
-    r = run_cli(db, "add", str(tmp_path / "a.json"), "-d", "chat:other", "--no-embed")
-    assert r.returncode == 1 and "already revision" in r.stderr and "Traceback" not in r.stderr
+    # the same chat under another document is that document's own revision (issue 10, 4)
+    r = run_cli(db, "add", str(tmp_path / "a.json"), "-d", "chat:other", "--no-embed", "--json")
+    assert r.returncode == 0, r.stderr
+    other = json.loads(r.stdout)
+    assert other["document"] == "chat:other" and other["revision_id"] != a["revision_id"]
     r = run_cli(db, "add", str(tmp_path / "c.txt"), "--no-embed")
     assert r.returncode == 0 and "text, recall only" in r.stdout, r.stderr
     r = run_cli(db, "add", str(tmp_path / "bad.json"), "--no-embed")

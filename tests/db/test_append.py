@@ -243,7 +243,7 @@ def test_identical_text_is_embedded_once(db):
     first = embed_pending(db, progress=False)
     assert 0 < first.encoded <= first.embedded
     # the same revision projected into another context: every vector from the cache
-    n = db.execute("select donto.project_recall(%s, 1200, 'ctx:memory/episodic/copy')",
+    n = db.execute("select donto.project_recall(%s, 1200, 'ctx:test/copy')",
                    (rev,)).fetchone()[0]
     db.commit()
     again = embed_pending(db, progress=False)

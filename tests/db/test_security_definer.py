@@ -201,8 +201,9 @@ def _index_lexical(db):
 def _project_recall(db):
     rev = new_revision(db, "doc:attack/recall")
     return (("select donto.project_recall(%s, 40)", (rev,)),
-            {"projection": 1, "context": 1, "statement": None, "x_memory_record": None,
-             "x_memory_lexical": None, "x_turn_key": _user_turns(db, rev)})
+            {"projection": 1, "context": 1, "context_owner": 1, "statement": None,
+             "x_memory_record": None, "x_memory_lexical": None,
+             "x_turn_key": _user_turns(db, rev)})
 
 
 def _user_turns(db, rev: int) -> int:
@@ -215,8 +216,8 @@ def _ab_project_arm(db):
     rev = new_revision(db, "doc:attack/ab")
     db.execute("select donto.ab_register_arm('fixed40', 'fixed', '{\"window\": 40}')")
     return (("select donto.ab_project_arm('fixed40', %s)", (rev,)),
-            {"projection": 1, "context": 1, "extraction_block": None, "statement": None,
-             "ab_unit": None})
+            {"projection": 1, "context": 1, "context_owner": 1, "extraction_block": None,
+             "statement": None, "ab_unit": None})
 
 
 def _ingest(function):

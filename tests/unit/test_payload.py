@@ -334,7 +334,8 @@ class FakePlpy:
     def prepare(self, sql: str, types: list[str]) -> str:
         return sql
 
-    def execute(self, plan: str, args: list) -> Rows:
+    def execute(self, plan: str, args: list | None = None) -> Rows:
+        """Like plpy.execute: ``args`` is optional (the interrupt check runs a bare plan)."""
         self.calls.append((plan, args))
         if "donto.recall(" in plan:
             return self.Rows({"statement_id": h.statement_id, "revision_id": h.revision_id,
