@@ -356,11 +356,11 @@ def _model_name(model: str) -> str:
     return encoder.resolve(model)[0]
 
 
-def _embed(conn, model, *, context, progress, batch=16, page=1024):
+def _embed(conn, model, *, context, progress, batch=16, page=1024, chunks=True):
     from donto_pg import embed as embedmod
 
     return embedmod.embed_pending(conn, model, batch=batch, page=page, context=context,
-                                  progress=progress)
+                                  progress=progress, chunks=chunks)
 
 
 @app.command()
@@ -374,17 +374,24 @@ def embed(
     page: Annotated[int, typer.Option(
         min=1, help="Chunks per committed page (a kill loses at most one page).")] = 1024,
     context: Annotated[str | None, typer.Option(help="Only chunks of this context IRI.")] = None,
+    keys_only: Annotated[bool, typer.Option(
+        "--keys-only", help="Only the recall keys (user turns) and standing statements, "
+                            "not the chunks.")] = False,
     dsn: DsnOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Embed every recall chunk that has no vector for the model (resumable; kill-safe)."""
+    """Embed every recall chunk, recall key (user turn) and standing statement that has no
+    vector for the model (resumable; kill-safe)."""
     with connect(dsn) as conn:
-        r = _embed(conn, model, context=context, progress=not as_json, batch=batch, page=page)
+        r = _embed(conn, model, context=context, progress=not as_json, batch=batch, page=page,
+                   chunks=not keys_only)
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
             "embedded": r.embedded, "already": r.already, "seconds": round(r.seconds, 2),
-            "chunks_per_second": round(r.rate, 1), "index": r.index}
+            "chunks_per_second": round(r.rate, 1), "index": r.index, "keys": r.keys,
+            "standing": r.standing}
     out(data, as_json, f"embedded {r.embedded} chunks with {r.model} ({r.dimension}-d) in "
-        f"{r.seconds:.1f}s ({r.rate:.1f}/s); {r.already} already had vectors; index {r.index}")
+        f"{r.seconds:.1f}s ({r.rate:.1f}/s); {r.already} already had vectors; index {r.index}; "
+        f"{r.keys} recall keys, {r.standing} standing statements")
 
 
 @app.command()

@@ -47,6 +47,7 @@ class EmbedReport:
     index: str
     encoded: int = 0  # texts the model encoded (the others came from the cache)
     standing: int = 0
+    keys: int = 0  # recall keys (user turns, donto.x_turn_key) embedded
 
     @property
     def rate(self) -> float:
@@ -123,14 +124,16 @@ def count_pending(conn: psycopg.Connection, model_id: int, context: str | None =
 
 def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: int = 16,
                   page: int = 1024, context: str | None = None, progress: bool = True,
-                  max_pages: int | None = None, cache: bool = True) -> EmbedReport:
-    """Embed every chunk without a vector for MODEL; returns what was done."""
+                  max_pages: int | None = None, cache: bool = True,
+                  chunks: bool = True) -> EmbedReport:
+    """Embed every chunk, recall key and standing statement without a vector for MODEL
+    (CHUNKS=False: only the keys and standing statements); returns what was done."""
     import time
 
     from tqdm import tqdm
 
     name, model_id, dim = register_model(conn, model)
-    total = count_pending(conn, model_id, context)
+    total = count_pending(conn, model_id, context) if chunks else 0
     done_before = conn.execute("select count(*) from donto.embedding where model_id = %s",
                                (model_id,)).fetchone()[0]
     conn.commit()
@@ -140,7 +143,7 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     embedded = pages = 0
     counts: dict[str, int] = {}
     try:
-        while max_pages is None or pages < max_pages:
+        while chunks and (max_pages is None or pages < max_pages):
             rows = conn.execute(PENDING, {"model": model_id, "context": context,
                                           "limit": page}).fetchall()
             conn.commit()  # so that each page below commits on its own
@@ -157,8 +160,9 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     index = conn.execute("select donto.ensure_embedding_index(%s)", (model_id,)).fetchone()[0]
     conn.commit()
     standing = embed_standing(conn, model, model_id, context=context, batch=batch)
+    keys = embed_turn_keys(conn, model, model_id, context=context, batch=batch, page=page)
     return EmbedReport(name, model_id, dim, embedded, done_before, seconds, index,
-                       counts.get("encoded", 0), standing)
+                       counts.get("encoded", 0), standing, keys)
 
 
 STANDING_PENDING = """
@@ -189,3 +193,39 @@ def embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, *
                      (model_id, [r[0] for r in rows], texts)).fetchone()[0]
     conn.commit()
     return n
+
+
+KEYS_PENDING = """
+select k.key_id, k.key_text
+from donto.x_turn_key as k
+where not exists (select 1 from donto.x_turn_key_vector as v
+                  where v.key_id = k.key_id and v.model_id = %(model)s)
+      and (%(context)s::text is null or k.projection_id in (
+          select p.projection_id from donto.projection as p
+          inner join donto.context as c on c.context_id = p.context_id
+          where c.iri = %(context)s))
+order by k.key_id
+limit %(limit)s
+"""
+
+
+def embed_turn_keys(conn: psycopg.Connection, model: str | None, model_id: int, *,
+                    context: str | None = None, batch: int = 16, page: int = 1024) -> int:
+    """Embed the recall keys (user turns, donto.x_turn_key) without a vector for MODEL, a
+    page per transaction (resumable: a killed run loses at most its page); CONTEXT: only
+    the keys of its projections. Returns how many were added."""
+    added = 0
+    while True:
+        rows = conn.execute(KEYS_PENDING, {"model": model_id, "context": context,
+                                           "limit": page}).fetchall()
+        if not rows:
+            conn.commit()
+            return added
+        vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
+        texts = ["[" + ",".join(f"{x:.7g}" for x in vec) + "]" for vec in vecs]
+        n = conn.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",
+                         (model_id, [r[0] for r in rows], texts)).fetchone()[0]
+        conn.commit()
+        if n == 0:  # nothing stored (cannot happen unless ingestion refuses): stop
+            return added
+        added += n

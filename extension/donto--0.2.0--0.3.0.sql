@@ -320,6 +320,49 @@ comment on table donto.context_owner is
 
 insert into donto.migration (name, sha256) values ('015-accountability.sql', 'd401d9838628fd98bad6aff947c4b5d04003cc5faf3bcc72c52fe490e466b4c4');
 
+-- migrations/017-turn-keys.sql
+-- 017: short recall keys per user turn. A user turn (~360 characters) inside a
+-- 1,200-character recall chunk is drowned by the assistant text around it; its
+-- own text, embedded on its own and indexed for full text, is a second key of
+-- the chunk that holds it (donto.recall's key arm). One row per (recall
+-- projection, user turn), anchored by the turn's character span.
+
+create table donto.x_turn_key (
+    key_id bigint generated always as identity primary key,
+    projection_id bigint not null references donto.projection,
+    revision_id bigint not null references donto.revision,
+    turn_seq integer not null,
+    header_start integer not null,
+    char_start integer not null,
+    char_end integer not null,
+    key_text text not null check (btrim(key_text) <> ''),
+    key_tsv tsvector not null,
+    created_at timestamptz not null default now(),
+    unique (projection_id, header_start),
+    foreign key (revision_id, turn_seq) references donto.turn (revision_id, seq),
+    check (0 <= header_start and header_start <= char_start and char_start < char_end)
+);
+
+create index x_turn_key_revision_idx on donto.x_turn_key (revision_id);
+
+create table donto.x_turn_key_vector (
+    key_id bigint not null references donto.x_turn_key,
+    model_id integer not null references donto.embedding_model,
+    embedding vector not null,
+    created_at timestamptz not null default now(),
+    primary key (key_id, model_id)
+);
+
+comment on table donto.x_turn_key is
+'Recall keys: one row per user turn of a recall projection (donto.project_turn_keys): the turn''s '
+'own text and full-text vector, anchored by its char span; recall''s key arm ranks them and '
+'maps each to the projection''s chunk holding the turn''s header.';
+comment on table donto.x_turn_key_vector is
+'Vectors of recall keys (donto.x_turn_key) per embedding model (donto-pg embed).';
+
+
+insert into donto.migration (name, sha256) values ('017-turn-keys.sql', '0df10122bd65cce44fecd557bc2b4365d9270161622066b10fd5a5efc1ffbd38');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1122,6 +1165,8 @@ dates) with its donto.x_memory_record. Returns the number of chunks.
 LEXICAL (default true) also builds the chunks' full-text vectors
 (donto.index_lexical); with false that is left for a later call, as the
 embeddings are.
+It also records the recall keys of the revision's user turns
+(donto.project_turn_keys).
 Idempotent: a second call with the same arguments returns the existing count.
 A revision that extends (donto.extend_revision) one projected with the same
 window and context grows that projection instead (donto._extend_recall): the
@@ -1220,6 +1265,8 @@ begin
         order by w.chunk_index;
         get diagnostics v_n = row_count;
     end if;
+    -- The recall keys of its user turns (sql/087; idempotent, new turns only).
+    perform donto.project_turn_keys(rev_id);
     if lexical then
         perform donto.index_lexical(rev_id);
     end if;
@@ -1878,6 +1925,15 @@ exchanges by their best chunk; the ranks are fused by reciprocal rank fusion,
 score = 1 / (K + vector rank) + 1 / (K + lexical rank), K =
 donto.recall_rrf_k (default 10). When the candidates hold fewer than k
 exchanges, the candidate chunks themselves (fused the same way) follow them.
+Key arms (sql/087): the recall keys of the context (donto.x_turn_key, one per
+user turn, its own text) are ranked on their own, by vector (with the vector
+arm) and by the lexical score over the keys (with the lexical arm), each key
+standing for the chunk holding its turn (donto._recall_keys); they are fused
+as two more arms. The weights of the four terms are donto.recall_vector_weight
+(1), donto.recall_lexical_weight (1), donto.recall_key_weight (0.5, the key
+vectors) and donto.recall_key_lexical_weight (0); an arm of weight 0 is not
+computed. VECTOR_RANK (LEXICAL_RANK) is then the better of the chunk's rank in
+the vector (lexical) arm and in its key arm.
 Chunks overlapping a better one of the same revision (several projections in a
 context, or a chunk already returned) are left out. Ties in the score go to the
 later valid time (latest value wins), then to the later statement.
@@ -1915,6 +1971,10 @@ declare
     v_st_valid daterange[];
     v_st_sims double precision[];
     v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
+    v_w_vec double precision := donto._recall_setting('recall_vector_weight', '1')::float8;
+    v_w_lex double precision := donto._recall_setting('recall_lexical_weight', '1')::float8;
+    v_w_kvec double precision := donto._recall_setting('recall_key_weight', '0.5')::float8;
+    v_w_klex double precision := donto._recall_setting('recall_key_lexical_weight', '0')::float8;
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
@@ -2031,7 +2091,7 @@ begin
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
                 inner join donto.statement as s on e.statement_id = s.statement_id
-                where $5 and e.model_id = %3$s %4$s
+                where $5 and $12 <> 0 and e.model_id = %3$s %4$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
@@ -2047,16 +2107,35 @@ begin
             select l.statement_id,
                    pg_catalog.row_number() over (order by l.score desc, l.statement_id) as r
             from (select * from donto._recall_lexical($6, $2, $3, $4) limit $4) as l
-            where $7
+            where $7 and $13 <> 0
+        ),
+        keys as (
+            -- The key arms (sql/087): user turns ranked on their own, as the chunks
+            -- holding them.
+            select kx.statement_id, kx.key_vector_rank as kvr, kx.key_lexical_rank as klr
+            from donto._recall_keys($1, $6, $2, $3, %3$s, $4, $5 and $10 <> 0, $7 and $11 <> 0)
+                as kx
+            where ($5 and $10 <> 0) or ($7 and $11 <> 0)
         ),
         cand as (
-            select coalesce(v.statement_id, l.statement_id) as statement_id, v.r as vr, l.r as lr
-            from vec as v full outer join lex as l on v.statement_id = l.statement_id
+            select a.statement_id, pg_catalog.min(a.vr) as vr, pg_catalog.min(a.lr) as lr,
+                   pg_catalog.min(a.kvr) as kvr, pg_catalog.min(a.klr) as klr
+            from (
+                select v.statement_id, v.r as vr, null::bigint as lr, null::bigint as kvr,
+                       null::bigint as klr
+                from vec as v
+                union all
+                select l.statement_id, null, l.r, null, null from lex as l
+                union all
+                select kk.statement_id, null, null, kk.kvr, kk.klr from keys as kk
+            ) as a
+            group by a.statement_id
         ),
         folded as (
             -- Laterals with LIMIT: one index probe per candidate, whatever the
             -- planner guesses about the number of candidates.
-            select coalesce(hs.statement_id, c.statement_id) as unit_id, c.vr, c.lr
+            select coalesce(hs.statement_id, c.statement_id) as unit_id, c.vr, c.lr, c.kvr,
+                   c.klr
             from cand as c
             cross join lateral (
                 select m0.revision_id, m0.projection_id, m0.char_end
@@ -2100,7 +2179,8 @@ begin
             ) as hs on true
         ),
         units as (
-            select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr
+            select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr,
+                   pg_catalog.min(f.kvr) as kvr, pg_catalog.min(f.klr) as klr
             from folded as f group by f.unit_id
         ),
         ranked as (
@@ -2109,16 +2189,22 @@ begin
                 case when u.vr is not null then pg_catalog.row_number() over (
                     partition by u.vr is null order by u.vr, u.unit_id) end as vr,
                 case when u.lr is not null then pg_catalog.row_number() over (
-                    partition by u.lr is null order by u.lr, u.unit_id) end as lr
+                    partition by u.lr is null order by u.lr, u.unit_id) end as lr,
+                case when u.kvr is not null then pg_catalog.row_number() over (
+                    partition by u.kvr is null order by u.kvr, u.unit_id) end as kvr,
+                case when u.klr is not null then pg_catalog.row_number() over (
+                    partition by u.klr is null order by u.klr, u.unit_id) end as klr
             from units as u
         ),
         tiers as (
             -- tier 0: the exchanges (or chunks); tier 1, only when folding: the
             -- candidate chunks themselves, to fill up to k rows when a context
             -- has fewer exchanges than k.
-            select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr from ranked
+            select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr, ranked.kvr, ranked.klr
+            from ranked
             union all
-            select 1 as tier, cand.statement_id, cand.vr, cand.lr from cand where $8
+            select 1 as tier, cand.statement_id, cand.vr, cand.lr, cand.kvr, cand.klr
+            from cand where $8
         )
         select
             s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
@@ -2126,9 +2212,13 @@ begin
             q.vr::integer as vr, q.lr::integer as lr
         from (
             select
-                tiers.tier, tiers.unit_id, tiers.vr, tiers.lr,
-                (coalesce(1.0 / ($9 + tiers.vr), 0)
-                 + coalesce(1.0 / ($9 + tiers.lr), 0))::float8 as score
+                tiers.tier, tiers.unit_id,
+                least(tiers.vr, tiers.kvr) as vr,
+                least(tiers.lr, tiers.klr) as lr,
+                (coalesce($12 / ($9 + tiers.vr), 0)
+                 + coalesce($13 / ($9 + tiers.lr), 0)
+                 + coalesce($10 / ($9 + tiers.kvr), 0)
+                 + coalesce($11 / ($9 + tiers.klr), 0))::float8 as score
             from tiers
         ) as q
         cross join lateral (
@@ -2151,7 +2241,8 @@ begin
         case when v_ctx is not null and v_layout = 'context'
              then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
     using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
-          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k
+          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k,
+          v_w_kvec, v_w_klex, v_w_vec, v_w_lex
     loop
         -- Leave out a chunk that overlaps a better one of the same revision.
         v_span := pg_catalog.int8range(r.char_start, r.char_end);
@@ -6147,6 +6238,270 @@ comment on column donto.x_standing.detector is
 'standing claim of an LLM extraction run, donto._standing_from_claims).';
 comment on column donto.x_standing_vector.embedding is
 'The statement text''s vector under the model (for recall''s standing slots).';
+
+
+-- sql/087-turn-keys.sql
+-- Recall keys per user turn (migration 017): the short text of each user turn,
+-- embedded on its own and indexed for full text, a second way to find the chunk
+-- that holds it (the key arms of donto.recall_by_vector).
+
+create or replace function donto._turn_key_texts(p_revision_id bigint)
+returns table (
+    seq integer, header_start integer, char_start integer, char_end integer, txt text
+)
+language plpython3u
+stable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].recall.turn_key_texts(plpy, p_revision_id)
+$py$;
+
+comment on function donto._turn_key_texts(bigint) is
+'The user turns of a revision with their text (seq, header, span, text), for the recall keys.';
+
+create or replace function donto.project_turn_keys(rev_id bigint)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The recall keys of revision REV_ID: one donto.x_turn_key row per user turn with
+text, for every recall projection of the revision (its own, or one grown to it
+by donto._extend_recall), holding the turn's text (its char span
+[char_start, char_end) of the body) and its full-text vector. Idempotent and
+append-only: a turn already keyed in a projection (same header offset) is
+skipped, so a grown conversation adds keys for its new turns only. Vectors come
+from donto-pg embed (donto.ingest_turn_key_embeddings). Returns the keys added.
+*/
+declare
+    v_n integer := 0;
+    v_add integer;
+    v_proj bigint;
+begin
+    if not exists (select 1 from donto.revision as r where r.revision_id = rev_id) then
+        raise exception 'donto.project_turn_keys: no revision %', rev_id using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2085, rev_id::integer);
+    for v_proj in
+        select p.projection_id from donto.projection as p
+        where p.kind = 'recall'
+              and (p.revision_id = rev_id
+                   or exists (select 1 from donto.projection_extension as pe
+                              where pe.projection_id = p.projection_id
+                                    and pe.revision_id = rev_id))
+        order by p.projection_id
+    loop
+        insert into donto.x_turn_key (
+            projection_id, revision_id, turn_seq, header_start, char_start, char_end, key_text,
+            key_tsv
+        )
+        select v_proj, rev_id, t.seq, t.header_start, t.char_start, t.char_end, t.txt,
+               pg_catalog.to_tsvector('pg_catalog.english', t.txt)
+        from donto._turn_key_texts(rev_id) as t
+        where not exists (select 1 from donto.x_turn_key as k
+                              where k.projection_id = v_proj
+                                    and k.header_start = t.header_start)
+        order by t.seq;
+        get diagnostics v_add = row_count;
+        v_n := v_n + v_add;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto.project_turn_keys(bigint) is
+'Recall keys: one row per user turn of each recall projection of a revision (its text and '
+'full-text vector, anchored by char span); idempotent, append-only; returns the keys added.';
+
+create or replace function donto.ingest_turn_key_embeddings(
+    p_model_id integer, p_ids bigint[], p_vectors text[]
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Store vectors (pgvector text, one per id) of recall keys P_IDS (donto.x_turn_key)
+for model P_MODEL_ID, as donto-pg embed computed them. Existing vectors are
+kept; an id that is not a key, a wrong dimension or unequal array lengths are
+refused. Returns the rows added.
+*/
+declare
+    v_dim integer;
+    v_n integer;
+    v_bad bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto.ingest_turn_key_embeddings: no model %', p_model_id
+            using errcode = '22023';
+    end if;
+    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
+    then
+        raise exception 'donto.ingest_turn_key_embeddings: % ids but % vectors',
+            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
+            using errcode = '22023';
+    end if;
+    select u.id into v_bad
+    from unnest(p_ids, p_vectors) as u (id, v)
+    where u.v is null or vector_dims(u.v::vector) <> v_dim
+          or not exists (select 1 from donto.x_turn_key as x where x.key_id = u.id)
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.ingest_turn_key_embeddings: % is not a recall key or its vector '
+            'does not have % dimensions', v_bad, v_dim using errcode = '22023';
+    end if;
+    insert into donto.x_turn_key_vector (key_id, model_id, embedding)
+    select u.id, p_model_id, u.v::vector
+    from unnest(p_ids, p_vectors) as u (id, v)
+    order by u.id
+    on conflict (key_id, model_id) do nothing;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ingest_turn_key_embeddings(integer, bigint[], text[]) is
+'Store client-computed vectors of recall keys (user turns) for one model; skips existing ones.';
+
+create or replace function donto._recall_keys(
+    p_embedding vector, p_query text, p_context_id bigint, p_as_of timestamptz,
+    p_model_id integer, p_pool integer, p_vector boolean, p_lexical boolean
+)
+returns table (statement_id bigint, key_vector_rank bigint, key_lexical_rank bigint)
+language plpgsql
+stable
+rows 100
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+The key arms of donto.recall_by_vector: the recall keys (user turns,
+donto.x_turn_key) of context P_CONTEXT_ID (null: every context) known at
+P_AS_OF, ranked by cosine distance of their vectors for model P_MODEL_ID to
+P_EMBEDDING (P_VECTOR) and by the lexical arm's BM25-like score over the keys
+(P_LEXICAL: idf over the context's keys x saturating ts_rank, the scaffolding
+lexemes weighed down as in donto._recall_lexical); the top P_POOL of each, each
+mapped to the chunk of its projection that holds the turn's header (known at
+P_AS_OF, not superseded by then). Returns one row per chunk with its best
+rank in each key arm (null: not ranked by it).
+*/
+#variable_conflict use_column
+declare
+    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
+        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
+        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
+        'told,want}')::text[];
+    v_scaffold_w double precision := donto._recall_setting(
+        'recall_lexical_scaffold_weight', '0.5')::float8;
+    v_projs bigint[];
+    v_tqs tsquery[];
+    v_tws double precision[];
+begin
+    select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
+    from donto.projection as p
+    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id);
+    if v_projs is null then
+        return;
+    end if;
+    if p_lexical and p_query is not null then
+        select pg_catalog.array_agg(q.tq order by q.t),
+               pg_catalog.array_agg(case when q.t = any(v_scaffold) then v_scaffold_w else 1 end
+                                    order by q.t)
+        into v_tqs, v_tws
+        from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
+              from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
+        ) as q;
+    end if;
+    return query
+    with keys as materialized (
+        select k.key_id, k.projection_id, k.header_start, k.key_tsv
+        from donto.x_turn_key as k
+        where k.projection_id = any(v_projs) and (p_as_of is null or k.created_at <= p_as_of)
+    ),
+    kv as (
+        select x.key_id, pg_catalog.row_number() over (order by x.d, x.key_id) as r
+        from (
+            select v.key_id, v.embedding <=> p_embedding as d
+            from keys as k
+            inner join donto.x_turn_key_vector as v
+                on k.key_id = v.key_id and v.model_id = p_model_id
+            where p_vector and p_embedding is not null
+            order by v.embedding <=> p_embedding, v.key_id
+            limit p_pool
+        ) as x
+    ),
+    n as (
+        select pg_catalog.count(*)::float8 as n from keys
+    ),
+    terms as (
+        select t.tq, t.w, pg_catalog.count(k.key_id)::float8 as df
+        from unnest(v_tqs, v_tws) as t (tq, w)
+        left join keys as k on k.key_tsv @@ t.tq
+        group by t.tq, t.w
+    ),
+    kl as (
+        select x.key_id, pg_catalog.row_number() over (order by x.score desc, x.key_id) as r
+        from (
+            select k.key_id,
+                   pg_catalog.sum(t.w * pg_catalog.ln(1 + (n.n - t.df + 0.5) / (t.df + 0.5))
+                                  * pg_catalog.ts_rank(k.key_tsv, t.tq, 1)) as score
+            from keys as k
+            inner join terms as t on k.key_tsv @@ t.tq
+            cross join n
+            group by k.key_id
+            order by 2 desc, k.key_id
+            limit p_pool
+        ) as x
+    ),
+    ranked as (
+        select coalesce(a.key_id, b.key_id) as key_id, a.r as vr, b.r as lr
+        from kv as a full outer join kl as b on a.key_id = b.key_id
+    )
+    select hm.statement_id, pg_catalog.min(rk.vr), pg_catalog.min(rk.lr)
+    from ranked as rk
+    inner join donto.x_turn_key as k on rk.key_id = k.key_id
+    cross join lateral (
+        select m.statement_id from donto.x_memory_record as m
+        where m.projection_id = k.projection_id and m.char_start <= k.header_start
+              and (p_as_of is null
+                   or exists (select 1 from donto.statement as s1
+                              where s1.statement_id = m.statement_id and s1.tx_from <= p_as_of))
+              and not exists (
+                  select 1 from donto.projection_extension as pe
+                  where pe.superseded_statement_id = m.statement_id
+                        and (p_as_of is null or pe.created_at <= p_as_of))
+        order by m.char_start desc, m.statement_id desc
+        limit 1
+    ) as hm
+    group by hm.statement_id;
+end;
+$$;
+
+comment on function donto._recall_keys(
+    vector, text, bigint, timestamptz, integer, integer, boolean, boolean
+) is
+'Key arms of donto.recall_by_vector: user-turn keys ranked by vector and by BM25-like score, '
+'mapped to the chunks holding them.';
+
+-- The columns of the recall-key tables (migration 017) that the generic names of
+-- sql/096-comments.sql do not explain.
+comment on column donto.x_turn_key.key_id is 'The recall key (one user turn in one projection).';
+comment on column donto.x_turn_key.turn_seq is
+'The user turn (donto.turn seq of revision_id) the key was cut from.';
+comment on column donto.x_turn_key.header_start is
+'Start of the turn''s header in the body (the turn''s span is [header_start, char_end)); the key '
+'maps to the projection''s chunk holding this offset.';
+comment on column donto.x_turn_key.key_text is
+'The key''s text: the turn''s content, body [char_start, char_end).';
+comment on column donto.x_turn_key.key_tsv is
+'Full-text vector (english) of key_text, for the lexical key arm.';
+comment on column donto.x_turn_key_vector.key_id is 'The recall key (donto.x_turn_key).';
+comment on column donto.x_turn_key_vector.embedding is 'The key text''s vector for the model.';
 
 
 -- sql/090-roles.sql

@@ -49,6 +49,8 @@ dates) with its donto.x_memory_record. Returns the number of chunks.
 LEXICAL (default true) also builds the chunks' full-text vectors
 (donto.index_lexical); with false that is left for a later call, as the
 embeddings are.
+It also records the recall keys of the revision's user turns
+(donto.project_turn_keys).
 Idempotent: a second call with the same arguments returns the existing count.
 A revision that extends (donto.extend_revision) one projected with the same
 window and context grows that projection instead (donto._extend_recall): the
@@ -147,6 +149,8 @@ begin
         order by w.chunk_index;
         get diagnostics v_n = row_count;
     end if;
+    -- The recall keys of its user turns (sql/087; idempotent, new turns only).
+    perform donto.project_turn_keys(rev_id);
     if lexical then
         perform donto.index_lexical(rev_id);
     end if;
@@ -805,6 +809,15 @@ exchanges by their best chunk; the ranks are fused by reciprocal rank fusion,
 score = 1 / (K + vector rank) + 1 / (K + lexical rank), K =
 donto.recall_rrf_k (default 10). When the candidates hold fewer than k
 exchanges, the candidate chunks themselves (fused the same way) follow them.
+Key arms (sql/087): the recall keys of the context (donto.x_turn_key, one per
+user turn, its own text) are ranked on their own, by vector (with the vector
+arm) and by the lexical score over the keys (with the lexical arm), each key
+standing for the chunk holding its turn (donto._recall_keys); they are fused
+as two more arms. The weights of the four terms are donto.recall_vector_weight
+(1), donto.recall_lexical_weight (1), donto.recall_key_weight (0.5, the key
+vectors) and donto.recall_key_lexical_weight (0); an arm of weight 0 is not
+computed. VECTOR_RANK (LEXICAL_RANK) is then the better of the chunk's rank in
+the vector (lexical) arm and in its key arm.
 Chunks overlapping a better one of the same revision (several projections in a
 context, or a chunk already returned) are left out. Ties in the score go to the
 later valid time (latest value wins), then to the later statement.
@@ -842,6 +855,10 @@ declare
     v_st_valid daterange[];
     v_st_sims double precision[];
     v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
+    v_w_vec double precision := donto._recall_setting('recall_vector_weight', '1')::float8;
+    v_w_lex double precision := donto._recall_setting('recall_lexical_weight', '1')::float8;
+    v_w_kvec double precision := donto._recall_setting('recall_key_weight', '0.5')::float8;
+    v_w_klex double precision := donto._recall_setting('recall_key_lexical_weight', '0')::float8;
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
@@ -958,7 +975,7 @@ begin
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
                 inner join donto.statement as s on e.statement_id = s.statement_id
-                where $5 and e.model_id = %3$s %4$s
+                where $5 and $12 <> 0 and e.model_id = %3$s %4$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
@@ -974,16 +991,35 @@ begin
             select l.statement_id,
                    pg_catalog.row_number() over (order by l.score desc, l.statement_id) as r
             from (select * from donto._recall_lexical($6, $2, $3, $4) limit $4) as l
-            where $7
+            where $7 and $13 <> 0
+        ),
+        keys as (
+            -- The key arms (sql/087): user turns ranked on their own, as the chunks
+            -- holding them.
+            select kx.statement_id, kx.key_vector_rank as kvr, kx.key_lexical_rank as klr
+            from donto._recall_keys($1, $6, $2, $3, %3$s, $4, $5 and $10 <> 0, $7 and $11 <> 0)
+                as kx
+            where ($5 and $10 <> 0) or ($7 and $11 <> 0)
         ),
         cand as (
-            select coalesce(v.statement_id, l.statement_id) as statement_id, v.r as vr, l.r as lr
-            from vec as v full outer join lex as l on v.statement_id = l.statement_id
+            select a.statement_id, pg_catalog.min(a.vr) as vr, pg_catalog.min(a.lr) as lr,
+                   pg_catalog.min(a.kvr) as kvr, pg_catalog.min(a.klr) as klr
+            from (
+                select v.statement_id, v.r as vr, null::bigint as lr, null::bigint as kvr,
+                       null::bigint as klr
+                from vec as v
+                union all
+                select l.statement_id, null, l.r, null, null from lex as l
+                union all
+                select kk.statement_id, null, null, kk.kvr, kk.klr from keys as kk
+            ) as a
+            group by a.statement_id
         ),
         folded as (
             -- Laterals with LIMIT: one index probe per candidate, whatever the
             -- planner guesses about the number of candidates.
-            select coalesce(hs.statement_id, c.statement_id) as unit_id, c.vr, c.lr
+            select coalesce(hs.statement_id, c.statement_id) as unit_id, c.vr, c.lr, c.kvr,
+                   c.klr
             from cand as c
             cross join lateral (
                 select m0.revision_id, m0.projection_id, m0.char_end
@@ -1027,7 +1063,8 @@ begin
             ) as hs on true
         ),
         units as (
-            select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr
+            select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr,
+                   pg_catalog.min(f.kvr) as kvr, pg_catalog.min(f.klr) as klr
             from folded as f group by f.unit_id
         ),
         ranked as (
@@ -1036,16 +1073,22 @@ begin
                 case when u.vr is not null then pg_catalog.row_number() over (
                     partition by u.vr is null order by u.vr, u.unit_id) end as vr,
                 case when u.lr is not null then pg_catalog.row_number() over (
-                    partition by u.lr is null order by u.lr, u.unit_id) end as lr
+                    partition by u.lr is null order by u.lr, u.unit_id) end as lr,
+                case when u.kvr is not null then pg_catalog.row_number() over (
+                    partition by u.kvr is null order by u.kvr, u.unit_id) end as kvr,
+                case when u.klr is not null then pg_catalog.row_number() over (
+                    partition by u.klr is null order by u.klr, u.unit_id) end as klr
             from units as u
         ),
         tiers as (
             -- tier 0: the exchanges (or chunks); tier 1, only when folding: the
             -- candidate chunks themselves, to fill up to k rows when a context
             -- has fewer exchanges than k.
-            select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr from ranked
+            select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr, ranked.kvr, ranked.klr
+            from ranked
             union all
-            select 1 as tier, cand.statement_id, cand.vr, cand.lr from cand where $8
+            select 1 as tier, cand.statement_id, cand.vr, cand.lr, cand.kvr, cand.klr
+            from cand where $8
         )
         select
             s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
@@ -1053,9 +1096,13 @@ begin
             q.vr::integer as vr, q.lr::integer as lr
         from (
             select
-                tiers.tier, tiers.unit_id, tiers.vr, tiers.lr,
-                (coalesce(1.0 / ($9 + tiers.vr), 0)
-                 + coalesce(1.0 / ($9 + tiers.lr), 0))::float8 as score
+                tiers.tier, tiers.unit_id,
+                least(tiers.vr, tiers.kvr) as vr,
+                least(tiers.lr, tiers.klr) as lr,
+                (coalesce($12 / ($9 + tiers.vr), 0)
+                 + coalesce($13 / ($9 + tiers.lr), 0)
+                 + coalesce($10 / ($9 + tiers.kvr), 0)
+                 + coalesce($11 / ($9 + tiers.klr), 0))::float8 as score
             from tiers
         ) as q
         cross join lateral (
@@ -1078,7 +1125,8 @@ begin
         case when v_ctx is not null and v_layout = 'context'
              then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
     using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
-          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k
+          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k,
+          v_w_kvec, v_w_klex, v_w_vec, v_w_lex
     loop
         -- Leave out a chunk that overlaps a better one of the same revision.
         v_span := pg_catalog.int8range(r.char_start, r.char_end);

@@ -49,3 +49,19 @@ def embed_query(plpy, text: str, model: str | None) -> str:
                               ["text"]), [text])
     vec = encoder.encode([text], model)[0]
     return "[" + ",".join(f"{x:.7g}" for x in vec) + "]"
+
+
+def turn_key_texts(plpy, revision_id: int) -> list[tuple]:
+    """Rows (seq, header_start, char_start, char_end, text) of the user turns of a revision
+    with text (``donto._turn_key_texts``): the body is read once and sliced here (one
+    SQL substr per turn would read a 2-million-character body once per turn)."""
+    plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
+    rows = plpy.execute(plan, [revision_id])
+    if not rows:
+        plpy.error(f"donto._turn_key_texts: no revision {revision_id}")
+    body = rows[0]["body"]
+    return [(t["seq"], t["header_start"], t["char_start"], t["char_end"],
+             body[t["char_start"]:t["char_end"]])
+            for t in turn_rows(plpy, revision_id)
+            if t["role"] == "user" and t["char_start"] < t["char_end"]
+            and body[t["char_start"]:t["char_end"]].strip()]

@@ -202,7 +202,14 @@ def _project_recall(db):
     rev = new_revision(db, "doc:attack/recall")
     return (("select donto.project_recall(%s, 40)", (rev,)),
             {"projection": 1, "context": 1, "context_owner": 1, "statement": None,
-             "x_memory_record": None, "x_memory_lexical": None})
+             "x_memory_record": None, "x_memory_lexical": None,
+             "x_turn_key": _user_turns(db, rev)})
+
+
+def _user_turns(db, rev: int) -> int:
+    """The recall keys project_recall records: one per user turn with text."""
+    return db.execute("select count(*) from donto.turn where revision_id = %s and role = 'user' "
+                      "and char_start < char_end", (rev,)).fetchone()[0]
 
 
 def _ab_project_arm(db):
