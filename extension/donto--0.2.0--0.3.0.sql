@@ -1135,6 +1135,60 @@ drop trigger if exists embedding_context on donto.embedding;
 create trigger embedding_context before insert on donto.embedding
 for each row execute function donto._embedding_context();
 
+create or replace function donto._ensure_lexical_indexes()
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Create the missing full-text indexes of the recall projections of large contexts:
+one partial GIN index per projection (x_memory_lexical_tsv_p<projection>, on
+donto.x_memory_lexical.tsv where projection_id = P) for every projection of a
+context holding more than donto.recall_lexical_exact_max chunks (default 10,000:
+the contexts whose lexical arm is budgeted, see donto._recall_lexical), so that
+the arm reads that context's postings alone, whatever else is stored. Called by
+donto.ensure_context_indexes (the end of donto-pg embed). Returns how many
+indexes were created. Index names and bounds are built from projection id
+numbers only.
+*/
+declare
+    v_min bigint := donto._recall_setting('recall_lexical_exact_max', '10000')::bigint;
+    v_projs bigint[];
+    v_proj bigint;
+    v_name text;
+    v_n integer := 0;
+begin
+    perform pg_catalog.pg_advisory_xact_lock(2065, 0);
+    select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
+    from (
+        select p.projection_id,
+               pg_catalog.sum(c.n) over (partition by p.context_id) as context_chunks
+        from donto.projection as p
+        cross join lateral (
+            select pg_catalog.max(m.chunk_index) + 1 as n
+            from donto.x_memory_record as m where m.projection_id = p.projection_id
+        ) as c
+        where p.kind = 'recall'
+    ) as x
+    where x.context_chunks > v_min;
+    foreach v_proj in array coalesce(v_projs, '{}') loop
+        v_name := pg_catalog.format('x_memory_lexical_tsv_p%s', v_proj);
+        continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
+        execute pg_catalog.format(
+            'create index %I on donto.x_memory_lexical using gin (tsv) where projection_id = %s',
+            v_name, v_proj);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto._ensure_lexical_indexes() is
+'Create the partial full-text (GIN) index of each recall projection of a context above '
+'donto.recall_lexical_exact_max chunks, if missing; returns how many were created.';
+
 create or replace function donto.ensure_context_indexes(p_model_id integer)
 returns integer
 language plpgsql
@@ -1180,13 +1234,14 @@ begin
             v_name, v_dim, p_model_id, v_ctx);
         v_n := v_n + 1;
     end loop;
-    return v_n;
+    return v_n + donto._ensure_lexical_indexes();
 end;
 $$;
 
 comment on function donto.ensure_context_indexes(integer) is
 'Create the HNSW (cosine) index of each context above donto.recall_exact_max() vectors of '
-'one model, if missing; returns how many were created.';
+'one model, and the full-text indexes of large contexts (donto._ensure_lexical_indexes), if '
+'missing; returns how many were created.';
 
 create or replace function donto.ensure_embedding_index(p_model_id integer)
 returns text
@@ -1384,7 +1439,11 @@ declare
     v_all tsquery;
     v_used double precision := 0;
     v_score text;
+    v_where text;
     v_sql text;
+    v_elems text[];
+    v_freqs float4[];
+    v_minfreq double precision;
     v_ids bigint[];
     v_scores double precision[];
     r record;
@@ -1466,28 +1525,23 @@ begin
         return;
     end if;
 
-    -- Budgeted: df estimated from the column statistics.
+    -- Budgeted: df estimated from the column statistics (read once; each lexeme is
+    -- looked up in the most common elements by array_position).
+    select x.most_common_elems::text::text[], x.most_common_elem_freqs
+    into v_elems, v_freqs
+    from pg_catalog.pg_stats as x
+    where x.schemaname = 'donto' and x.tablename = 'x_memory_lexical' and x.attname = 'tsv';
+    v_minfreq := v_freqs[pg_catalog.array_length(v_freqs, 1) - 2];
     select
         pg_catalog.array_agg(e.df order by e.i),
         pg_catalog.array_agg(
             e.w * pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
     into v_dfs, v_idfs
     from (
-        select t.i, t.w, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
+        select t.i, t.w,
+               coalesce(v_freqs[pg_catalog.array_position(v_elems, t.t)] * v_n,
+                        v_minfreq / 2 * v_n, 1) as df
         from unnest(v_terms, v_tws) with ordinality as t (t, w, i)
-        left join (
-            select
-                x.most_common_elems::text::text[] as elems,
-                x.most_common_elem_freqs as freqs,
-                x.most_common_elem_freqs[pg_catalog.array_length(x.most_common_elem_freqs, 1) - 2]
-                    as minfreq
-            from pg_catalog.pg_stats as x
-            where x.schemaname = 'donto' and x.tablename = 'x_memory_lexical'
-                  and x.attname = 'tsv'
-        ) as st on true
-        left join lateral (
-            select u.freq from unnest(st.elems, st.freqs) as u (elem, freq) where u.elem = t.t
-        ) as f on true
     ) as e;
     for r in
         select t.tq, t.df from unnest(v_tqs, v_dfs) as t (tq, df) order by t.df, t.tq::text
@@ -1497,6 +1551,20 @@ begin
         v_sel := case when v_sel is null then r.tq else v_sel || r.tq end;
         v_used := v_used + r.df;
     end loop;
+    -- The candidates: through each projection's own full-text index when every
+    -- projection has one (donto._ensure_lexical_indexes; the projection ids inlined,
+    -- so that the planner can use the partial indexes), else through the index over
+    -- every context, intersected with the projections.
+    if (select pg_catalog.bool_and(pg_catalog.to_regclass(
+                pg_catalog.format('donto.x_memory_lexical_tsv_p%s', u.id)) is not null)
+        from pg_catalog.unnest(v_projs) as u (id)) then
+        select pg_catalog.string_agg(pg_catalog.format(
+            '(m0.projection_id = %s and m0.tsv @@ $1)', u.id), ' or ' order by u.id)
+        into v_where
+        from pg_catalog.unnest(v_projs) as u (id);
+    else
+        v_where := 'm0.tsv @@ $1 and m0.projection_id = any($2)';
+    end if;
     -- The score as one expression (a sum of ts_rank calls with literal weights).
     select pg_catalog.string_agg(pg_catalog.format(
         '%s::float8 * pg_catalog.ts_rank($4, m.tsv, %L::tsquery, 1)', t.idf, t.tq::text), ' + ')
@@ -1513,7 +1581,7 @@ begin
             from (
                 select m0.statement_id, m0.tsv
                 from donto.x_memory_lexical as m0
-                where m0.tsv @@ $1 and m0.projection_id = any($2)
+                where %s
                 limit $5
             ) as m
         ) as c
@@ -1525,7 +1593,7 @@ begin
                   where rt.statement_id = c.statement_id
                         and ($3::timestamptz is null or rt.tx_from <= $3))
         order by c.score desc, c.statement_id
-        limit $6) as c $q$, v_score);
+        limit $6) as c $q$, v_score, v_where);
     execute v_sql into v_ids, v_scores
     using v_sel, v_projs, p_as_of, v_weights, v_budget, p_pool;
     if coalesce(pg_catalog.cardinality(v_ids), 0) < p_pool
