@@ -792,6 +792,32 @@ comment on table donto.embedding_cache is
 
 insert into donto.migration (name, sha256) values ('014-append.sql', '2dc4fe3cef273d3bfb75364643c4f382ef7bd43b8d9ed5657d2d621341ce1cbc');
 
+-- migrations/018-recall-fold-index.sql
+-- 018: recall's exchange folding (donto.recall_by_vector) probes two indexes per
+-- candidate chunk; both answer from the index alone. The latest user turn of a
+-- revision that starts before a chunk ends (user turns only: one entry, no heap
+-- row read), and the chunk of a projection holding a position, with its id in
+-- the index (the order by position and id is the index's: no sort per probe).
+
+create index turn_user_header_idx on donto.turn (revision_id, header_start)
+where role = 'user';
+
+comment on index donto.turn_user_header_idx is
+'The user turns of a revision by header position: recall''s exchange folding (index-only).';
+
+create index x_memory_record_projection_span_id_idx
+on donto.x_memory_record (projection_id, char_start, statement_id);
+
+comment on index donto.x_memory_record_projection_span_id_idx is
+'A projection''s chunks by position, with their ids: the chunk holding a position '
+'(recall''s exchange folding, donto.revision_chunks), index-only.';
+
+-- The index of 014 on (projection_id, char_start) is a prefix of the new one.
+drop index donto.x_memory_record_projection_span_idx;
+
+
+insert into donto.migration (name, sha256) values ('018-recall-fold-index.sql', '33b145e0bc47b700d39f8bb12ecf5453da0cd8ee61875c1cb43cd57e9f594262');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -2220,6 +2246,7 @@ declare
     v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
     v_chunks integer := 0;
     v_st_done boolean;
+    v_grown boolean;
     v_st_ids bigint[];
     v_st_revs bigint[];
     v_st_starts integer[];
@@ -2335,6 +2362,12 @@ begin
             );
     end if;
     v_st_done := v_st_ids is null;
+    -- Did a projection searched grow (donto._extend_recall)? Only then can a chunk be
+    -- superseded, and the fold checks for it.
+    v_grown := exists (
+        select 1 from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx));
 
     for r in execute pg_catalog.format($q$
         with vec as (
@@ -2393,22 +2426,21 @@ begin
                            or exists (select 1 from donto.statement as hs1
                                       where hs1.statement_id = hm.statement_id
                                             and hs1.tx_from <= $3))
-                      and not exists (
+                      -- ($10: some projection searched grew; else nothing is superseded)
+                      and (not $10 or not exists (
                           select 1 from donto.projection_extension as pe
                           where pe.superseded_statement_id = hm.statement_id
-                                and ($3::timestamptz is null or pe.created_at <= $3))
+                                and ($3::timestamptz is null or pe.created_at <= $3)))
                 order by hm.char_start desc, hm.statement_id desc
                 limit 1
             ) as hm on true
             left join lateral (
-                select hs0.statement_id from donto.statement as hs0
-                where hs0.statement_id = hm.statement_id
-                      and ($3::timestamptz is null or hs0.tx_from <= $3)
-                      and not exists (
-                          select 1 from donto.retraction as rt
-                          where rt.statement_id = hs0.statement_id
-                                and ($3::timestamptz is null or rt.tx_from <= $3))
-                limit 1
+                -- ... and not retracted by then (its tx_from was checked above).
+                select hm.statement_id
+                where not exists (
+                    select 1 from donto.retraction as rt
+                    where rt.statement_id = hm.statement_id
+                          and ($3::timestamptz is null or rt.tx_from <= $3))
             ) as hs on true
         ),
         units as (
@@ -2428,21 +2460,23 @@ begin
             -- tier 0: the exchanges (or chunks); tier 1, only when folding: the
             -- candidate chunks themselves, to fill up to k rows when a context
             -- has fewer exchanges than k.
-            select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr from ranked
-            union all
-            select 1 as tier, cand.statement_id, cand.vr, cand.lr from cand where $8
+            select
+                t.tier, t.unit_id, t.vr, t.lr,
+                (coalesce(1.0 / ($9 + t.vr), 0) + coalesce(1.0 / ($9 + t.lr), 0))::float8 as score
+            from (
+                select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr from ranked
+                union all
+                select 1 as tier, cand.statement_id, cand.vr, cand.lr from cand where $8
+            ) as t
         )
-        select
+        -- Tier by tier, each sorted on its own: the loop below reads rows until it has
+        -- k, so tier 1 is sorted (and its statements read) only when tier 0 fell short.
+        -- (UNION ALL returns its branches in order: Append reads them one after another.)
+        (select
             s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
             s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
             q.vr::integer as vr, q.lr::integer as lr
-        from (
-            select
-                tiers.tier, tiers.unit_id, tiers.vr, tiers.lr,
-                (coalesce(1.0 / ($9 + tiers.vr), 0)
-                 + coalesce(1.0 / ($9 + tiers.lr), 0))::float8 as score
-            from tiers
-        ) as q
+        from tiers as q
         cross join lateral (
             select
                 s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
@@ -2450,10 +2484,27 @@ begin
             from donto.statement as s0 where s0.statement_id = q.unit_id
             limit 1
         ) as s
-        order by q.tier,
-                 pg_catalog.round(q.score::numeric, 9) desc,
+        where q.tier = 0
+        order by pg_catalog.round(q.score::numeric, 9) desc,
                  pg_catalog.upper(s.valid_time) desc nulls last,
-                 s.statement_id desc
+                 s.statement_id desc)
+        union all
+        (select
+            s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
+            s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
+            q.vr::integer as vr, q.lr::integer as lr
+        from tiers as q
+        cross join lateral (
+            select
+                s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
+                s0.object_lit, s0.valid_time
+            from donto.statement as s0 where s0.statement_id = q.unit_id
+            limit 1
+        ) as s
+        where q.tier = 1
+        order by pg_catalog.round(q.score::numeric, 9) desc,
+                 pg_catalog.upper(s.valid_time) desc nulls last,
+                 s.statement_id desc)
         $q$,
         coalesce(v_dim, 1),
         -- "+ 0" hides the expression from the HNSW index: an exact scan.
@@ -2463,7 +2514,7 @@ begin
         case when v_ctx is not null and v_layout = 'context'
              then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
     using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
-          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k
+          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k, v_grown
     loop
         -- Leave out a chunk that overlaps a better one of the same revision.
         v_span := pg_catalog.int8range(r.char_start, r.char_end);
