@@ -5509,21 +5509,26 @@ comment on function donto.embed_standing(bigint, text) is
 
 create or replace function donto._standing_revisions(p_context_id bigint)
 returns bigint[]
-language sql
+language plpgsql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
 /* The revisions with any projection in context P_CONTEXT_ID (null: every revision),
-   also those a projection there grew into (donto.projection_extension: appends). */
-    select pg_catalog.array_agg(distinct r.revision_id)
-    from (
-        select p.revision_id from donto.projection as p
-        where p_context_id is null or p.context_id = p_context_id
-        union all
-        select pe.revision_id from donto.projection_extension as pe
-        inner join donto.projection as p on pe.projection_id = p.projection_id
-        where p_context_id is null or p.context_id = p_context_id
-    ) as r;
+   also those a projection there grew into (donto.projection_extension: appends).
+   PL/pgSQL, not SQL: its plan is cached (recall calls it on every hybrid query). */
+begin
+    return (
+        select pg_catalog.array_agg(distinct r.revision_id)
+        from (
+            select p.revision_id from donto.projection as p
+            where p_context_id is null or p.context_id = p_context_id
+            union all
+            select pe.revision_id from donto.projection_extension as pe
+            inner join donto.projection as p on pe.projection_id = p.projection_id
+            where p_context_id is null or p.context_id = p_context_id
+        ) as r
+    );
+end;
 $$;
 
 comment on function donto._standing_revisions(bigint) is
@@ -5536,44 +5541,48 @@ returns table (
     statement_text text, char_start integer, char_end integer, valid_time daterange,
     turn_id integer, superseded_by bigint
 )
-language sql
+language plpgsql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
-/* donto.standing for a context id (null: all); see there. */
-    with vis as (
+/* donto.standing for a context id (null: all); see there. PL/pgSQL for a cached plan. */
+#variable_conflict use_column
+begin
+    return query
+        with vis as (
+            select
+                x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
+                x.char_start, x.char_end, s.valid_time, x.turn_id,
+                coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
+            from donto.x_standing as x
+            inner join donto.statement as s on x.statement_id = s.statement_id
+            where x.revision_id = any(donto._standing_revisions(p_context_id))
+                  and (p_as_of is null or s.tx_from <= p_as_of)
+                  -- a revision extended by one with standing statements of its own is
+                  -- covered by it (the longer body holds the same sentences)
+                  and not exists (
+                      select 1 from donto.revision_extension as re
+                      inner join donto.x_standing as x2 on x2.revision_id = re.revision_id
+                      inner join donto.statement as s2 on x2.statement_id = s2.statement_id
+                      where re.extends_revision_id = x.revision_id
+                            and (p_as_of is null or s2.tx_from <= p_as_of))
+                  and not exists (
+                      select 1 from donto.retraction as rt
+                      where rt.statement_id = x.statement_id
+                            and (p_as_of is null or rt.tx_from <= p_as_of))
+        )
         select
-            x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
-            x.char_start, x.char_end, s.valid_time, x.turn_id,
-            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
-        from donto.x_standing as x
-        inner join donto.statement as s on x.statement_id = s.statement_id
-        where x.revision_id = any(donto._standing_revisions(p_context_id))
-              and (p_as_of is null or s.tx_from <= p_as_of)
-              -- a revision extended by one with standing statements of its own is
-              -- covered by it (the longer body holds the same sentences)
-              and not exists (
-                  select 1 from donto.revision_extension as re
-                  inner join donto.x_standing as x2 on x2.revision_id = re.revision_id
-                  inner join donto.statement as s2 on x2.statement_id = s2.statement_id
-                  where re.extends_revision_id = x.revision_id
-                        and (p_as_of is null or s2.tx_from <= p_as_of))
-              and not exists (
-                  select 1 from donto.retraction as rt
-                  where rt.statement_id = x.statement_id
-                        and (p_as_of is null or rt.tx_from <= p_as_of))
-    )
-    select
-        v.statement_id, v.revision_id, v.kind, v.subject_key, v.txt, v.char_start, v.char_end,
-        v.valid_time, v.turn_id,
-        (select l.statement_id from vis as l
-         where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
-               and (l.said_on, l.revision_id, l.char_start)
-               > (v.said_on, v.revision_id, v.char_start)
-         order by l.said_on, l.revision_id, l.char_start
-         limit 1) as superseded_by
-    from vis as v
-    order by v.said_on, v.revision_id, v.char_start;
+            v.statement_id, v.revision_id, v.kind, v.subject_key, v.txt, v.char_start, v.char_end,
+            v.valid_time, v.turn_id,
+            (select l.statement_id from vis as l
+             where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
+                   and (l.said_on, l.revision_id, l.char_start)
+                   > (v.said_on, v.revision_id, v.char_start)
+             order by l.said_on, l.revision_id, l.char_start
+             limit 1) as superseded_by
+        from vis as v
+        order by v.said_on, v.revision_id, v.char_start;
+end;
 $$;
 
 comment on function donto._standing(bigint, timestamptz) is
@@ -5625,7 +5634,7 @@ returns table (
     statement_id bigint, revision_id bigint, char_start integer, char_end integer,
     statement_text text, valid_time daterange, similarity double precision
 )
-language sql
+language plpgsql
 stable
 set search_path to pg_catalog, public, pg_temp
 as $$
@@ -5635,16 +5644,20 @@ The standing slots of donto.recall: at most P_N standing statements in force
 vector first (cosine similarity of their vectors for model P_MODEL_ID, at
 least P_MIN_SIMILARITY); ties to the later statement.
 */
-    select st.statement_id, st.revision_id, st.char_start, st.char_end, st.statement_text,
-           st.valid_time, (1 - (v.embedding <=> p_embedding))::float8 as similarity
-    from donto._standing(p_context_id, p_as_of) as st
-    inner join donto.x_standing_vector as v
-        on st.statement_id = v.statement_id and v.model_id = p_model_id
-    where st.superseded_by is null
-          and vector_dims(v.embedding) = vector_dims(p_embedding)
-          and 1 - (v.embedding <=> p_embedding) >= p_min_similarity
-    order by (v.embedding <=> p_embedding), st.statement_id desc
-    limit p_n;
+#variable_conflict use_column
+begin
+    return query
+        select st.statement_id, st.revision_id, st.char_start, st.char_end, st.statement_text,
+               st.valid_time, (1 - (v.embedding <=> p_embedding))::float8 as similarity
+        from donto._standing(p_context_id, p_as_of) as st
+        inner join donto.x_standing_vector as v
+            on st.statement_id = v.statement_id and v.model_id = p_model_id
+        where st.superseded_by is null
+              and vector_dims(v.embedding) = vector_dims(p_embedding)
+              and 1 - (v.embedding <=> p_embedding) >= p_min_similarity
+        order by (v.embedding <=> p_embedding), st.statement_id desc
+        limit p_n;
+end;
 $$;
 
 comment on function donto._recall_standing(vector, bigint, timestamptz, integer, integer, float8) is
