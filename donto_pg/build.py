@@ -1,11 +1,15 @@
 """Build artefacts from the sources: the extension scripts and the generated SQL seeds.
 
-Not on the runtime path (``migrate`` and the server never import it):
+Not on the runtime path (``migrate`` and the server never import it): the extension,
+from its sources to a database:
 
 - ``extension/``: :func:`build_extension` assembles ``donto.control``,
   ``donto--<version>.sql`` (head, every migration with its ledger row, sql/) and the
   update script from the last release; :func:`install_extension` copies them into
   the server's extension directory (``pg_config --sharedir``).
+- a database: :func:`create_extension` runs ``CREATE EXTENSION donto CASCADE`` in
+  one and records the python path there (:mod:`donto_pg.settings`), for
+  ``donto-pg extension install``;
 - the prompt-template seed of ``sql/070-extraction.sql`` (the rows of
   ``donto._prompt_template_seed()``), generated from
   :data:`donto_pg.core.render.TEMPLATES` by :func:`template_seed_sql` and written by
@@ -37,6 +41,7 @@ from donto_pg.migrate import (
     idempotent_sources,
     migrations,
 )
+from donto_pg.settings import require_superuser, write_settings
 
 SEED_FILE = SQL_DIR / "070-extraction.sql"
 SEED_BEGIN = "-- BEGIN GENERATED TEMPLATES"
@@ -164,6 +169,15 @@ def install_extension(sharedir: Path | None = None) -> list[Path]:
                 f"cannot write {dst}: run as root (or the server's owner)") from exc
         out.append(dst)
     return out
+
+
+def create_extension(conn, paths: list[str] | None = None) -> None:
+    """CREATE EXTENSION donto CASCADE in the connected database (a superuser's
+    connection) and write its settings (:func:`donto_pg.settings.write_settings`)."""
+    require_superuser(conn, "CREATE EXTENSION donto", MigrationError)
+    conn.execute("create extension if not exists donto cascade")
+    write_settings(conn, paths)
+    conn.commit()
 
 
 def _sql_text(text: str, indent: str, width: int = 76) -> str:

@@ -205,7 +205,9 @@ def extension_python_path(
 ) -> None:
     """Print the ALTER DATABASE ... SET donto.python_path statement (for a superuser) that
     lets the server's Python import this donto-pg (or put the value in postgresql.conf)."""
-    value = mig.python_path_setting().replace("'", "''")
+    from donto_pg import settings
+
+    value = settings.python_path_setting().replace("'", "''")
     name = '"' + database.replace('"', '""') + '"'
     typer.echo(f"ALTER DATABASE {name} SET donto.python_path = '{value}';")
 
@@ -224,7 +226,7 @@ def extension_install(
         typer.echo(f"installed {p}")
     if create:
         with dbmod.connect(dsn, vector=False) as conn:
-            mig.create_extension(conn)
+            build.create_extension(conn)
         typer.echo("created extension donto")
 
 

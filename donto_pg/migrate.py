@@ -12,18 +12,16 @@ Two kinds of SQL source (see sql/ and migrations/):
 
 ``migrate`` applies all of it in ONE transaction (all or nothing), under an
 advisory lock so two deployments cannot interleave. The same sources build
-``extension/donto--<version>.sql`` for ``CREATE EXTENSION donto`` (that assembly
-is :mod:`donto_pg.build`, out of the runtime path); :func:`create_extension` then
-creates it in a database.
+``extension/donto--<version>.sql`` for ``CREATE EXTENSION donto``: that assembly,
+and :func:`donto_pg.build.create_extension` that creates it in a database, are
+:mod:`donto_pg.build`. What the server needs to import donto_pg (the python path
+and the setting that records it) is :mod:`donto_pg.settings`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import sys
-import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ import psycopg
 
 from donto_pg import resources
 from donto_pg.errors import DontoError
+from donto_pg.settings import require_superuser, write_settings
 
 ROOT = resources.PACKAGE_PARENT
 SQL_DIR = resources.data_dir("sql")
@@ -111,23 +110,6 @@ def migrations(upto: str | None = None) -> list[Source]:
     return out
 
 
-def python_path() -> list[str]:
-    """Directories the server's Python needs to import donto_pg and its dependencies:
-    the package's parent, this environment's site-packages, then any other
-    site-packages this Python imports from (a --system-site-packages venv's, or one
-    added by a .pth file)."""
-    paths = [str(ROOT)]
-    for key in ("purelib", "platlib"):
-        p = sysconfig.get_paths()[key]
-        if p not in paths:
-            paths.append(p)
-    for p in sys.path:
-        if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir() \
-                and p not in paths:
-            paths.append(p)
-    return paths
-
-
 def _ledger(conn: psycopg.Connection) -> dict[str, tuple[str, str]]:
     exists = conn.execute("select to_regclass('donto.migration') is not null").fetchone()[0]
     if not exists:
@@ -179,34 +161,6 @@ def _extension_installed(conn: psycopg.Connection) -> bool:
     return conn.execute("select 1 from pg_extension where extname = 'donto'").fetchone() is not None
 
 
-def _require_superuser(conn: psycopg.Connection, what: str) -> None:
-    """Stop with what a superuser must run, before a 40-line error from the server."""
-    if conn.execute("select current_setting('is_superuser')").fetchone()[0] == "on":
-        return
-    user, db = conn.execute("select current_user, current_database()").fetchone()
-    raise MigrationError(
-        f"{what} must run as a superuser (you are {user}): it creates PL/Python functions, "
-        "and PostgreSQL lets only superusers create functions in the untrusted language "
-        "plpython3u (GRANT cannot change that).\n"
-        f"Ask a superuser to run it on database {db} (or to run CREATE EXTENSION donto CASCADE "
-        f"there), then GRANT donto_writer TO {user}; (or donto_reader to read only)."
-    )
-
-
-def python_path_setting(paths: list[str] | None = None) -> str:
-    """The value of the server setting donto.python_path (directories joined by ':')."""
-    return ":".join(paths if paths is not None else python_path())
-
-
-def write_settings(conn: psycopg.Connection, paths: list[str] | None = None) -> None:
-    conn.execute(
-        "insert into donto.setting (key, value) values ('python_path', %s) "
-        "on conflict (key) do update set value = excluded.value, set_at = now() "
-        "where donto.setting.value is distinct from excluded.value",
-        (json.dumps(paths if paths is not None else python_path()),),
-    )
-
-
 def migrate(conn: psycopg.Connection, *, upto: str | None = None,
             paths: list[str] | None = None,
             on_step: Callable[[str], None] | None = None) -> list[str]:
@@ -231,7 +185,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
                 "this database uses CREATE EXTENSION donto: upgrade it with "
                 "ALTER EXTENSION donto UPDATE instead of donto-pg migrate"
             )
-        _require_superuser(conn, "donto-pg migrate")
+        require_superuser(conn, "donto-pg migrate", MigrationError)
         conn.execute("create extension if not exists plpython3u")
         conn.execute("create extension if not exists vector")
         conn.execute(head().text)
@@ -259,11 +213,3 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
     except BaseException:
         conn.rollback()
         raise
-
-
-def create_extension(conn: psycopg.Connection, paths: list[str] | None = None) -> None:
-    """CREATE EXTENSION donto CASCADE in the connected database and write its settings."""
-    _require_superuser(conn, "CREATE EXTENSION donto")
-    conn.execute("create extension if not exists donto cascade")
-    write_settings(conn, paths)
-    conn.commit()

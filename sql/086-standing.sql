@@ -132,6 +132,163 @@ comment on function donto.project_standing(bigint, text) is
 '(rule-based detector rules-v1) as mem:standing/<kind> statements anchored to their turn, '
 'valid until superseded; idempotent; returns the count.';
 
+create or replace function donto._standing_claim_key(p_subject text, p_text text, p_kind text)
+returns text
+language plpython3u
+immutable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].standing.claim_subject_key(plpy, p_subject, p_text, p_kind)
+$py$;
+
+comment on function donto._standing_claim_key(text, text, text) is
+'The subject key of an LLM standing claim: of the subject it names, else of its anchored text '
+'(donto_pg.core.standing.subject_key).';
+
+create or replace function donto._standing_from_claims(p_response_id bigint)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The LLM path into standing memory, run by donto.ingest_extraction for each
+response it stores (after it has retracted what is not a current fact). Every
+standing claim of response P_RESPONSE_ID (predicate mem:standing/<kind>, the
+stated_fact/v2 claim type "standing") that is a current stated fact - not
+retracted (so its response was not injected), not a hypothesis, its quote
+anchored (donto.evidence_link) inside one USER turn of the block's revision, at
+most 400 characters (donto_pg.core.standing.MAX_CHARS) - becomes a standing
+statement beside the rule detector's: predicate mem:standing/<kind>, object_lit
+{v: the anchored text of the revision, subject: its subject key (of the subject
+the model named, donto._standing_claim_key), topic: that subject, claim: the
+claim's statement id}, the anchored char span, valid time from its turn's date
+(open: superseding is read by donto.standing), and a donto.x_standing row with
+detector 'llm-v1' under the projection (revision, 'standing', 'llm-v1',
+{run_id}) in the document's standing context. Claims that are not anchored
+never become standing statements. Returns how many were added; a claim already
+projected is skipped.
+*/
+declare
+    v_rev bigint;
+    v_run bigint;
+    v_doc bigint;
+    v_iri text;
+    v_ctx bigint;
+    v_proj bigint;
+    v_base integer;
+    v_n integer;
+begin
+    select b.revision_id, x.run_id, r.document_id, d.iri into v_rev, v_run, v_doc, v_iri
+    from donto.extraction_response as x
+    inner join donto.extraction_block as b on x.block_id = b.block_id
+    inner join donto.revision as r on b.revision_id = r.revision_id
+    inner join donto.document as d on r.document_id = d.document_id
+    where x.response_id = p_response_id;
+    if not found then
+        raise exception 'donto._standing_from_claims: no response %', p_response_id
+            using errcode = '22023';
+    end if;
+    if not exists (
+        select 1 from donto.x_claim as xc
+        inner join donto.statement as cs on xc.statement_id = cs.statement_id
+        where xc.response_id = p_response_id and cs.predicate like 'mem:standing/%'
+    ) then
+        return 0;
+    end if;
+    v_ctx := donto.ensure_context(donto.standing_context_iri(v_iri), 'standing');
+    perform pg_catalog.pg_advisory_xact_lock(2081, v_rev::integer);
+    select p.projection_id into v_proj from donto.projection as p
+    where p.revision_id = v_rev and p.kind = 'standing' and p.strategy = 'llm-v1'
+          and p.params = pg_catalog.jsonb_build_object('run_id', v_run) and p.context_id = v_ctx;
+    if not found then
+        insert into donto.projection (revision_id, kind, strategy, params, context_id)
+        values (v_rev, 'standing', 'llm-v1', pg_catalog.jsonb_build_object('run_id', v_run),
+                v_ctx)
+        returning projection_id into v_proj;
+    end if;
+    select coalesce(pg_catalog.max(x.ord) + 1, 0) into v_base
+    from donto.x_standing as x where x.projection_id = v_proj;
+
+    with c0 as (
+        select
+            xc.statement_id as claim_sid, xc.claim_index, cs.subject as topic,
+            pg_catalog.substr(cs.predicate, pg_catalog.length('mem:standing/') + 1) as kind,
+            el.char_start, el.char_end, t.seq as turn_seq, t.turn_id, t.time_anchor as said_on,
+            pg_catalog.substr(rv.body, el.char_start + 1, el.char_end - el.char_start) as txt
+        from donto.x_claim as xc
+        inner join donto.statement as cs on xc.statement_id = cs.statement_id
+        inner join donto.evidence_link as el on xc.statement_id = el.statement_id
+        inner join donto.revision as rv on el.revision_id = rv.revision_id
+        inner join lateral (
+            select t0.seq, t0.turn_id, t0.time_anchor
+            from donto.turn as t0
+            where t0.revision_id = el.revision_id and t0.role = 'user'
+                  and t0.char_start <= el.char_start and el.char_end <= t0.char_end
+            order by t0.seq
+            limit 1
+        ) as t on true
+        where xc.response_id = p_response_id
+              and cs.predicate in ('mem:standing/instruction', 'mem:standing/preference',
+                                   'mem:standing/constraint')
+              and not cs.is_hypothesis
+              and el.revision_id = v_rev
+              and el.char_end - el.char_start <= 400
+              and not exists (select 1 from donto.retraction as rt
+                              where rt.statement_id = xc.statement_id)
+              and not exists (
+                  select 1 from donto.x_standing as xs
+                  inner join donto.statement as ss on xs.statement_id = ss.statement_id
+                  where xs.projection_id = v_proj
+                        and ss.object_lit ->> 'claim' = xc.statement_id::text)
+    ),
+    c as (
+        select
+            c0.*,
+            donto._standing_claim_key(c0.topic, c0.txt, c0.kind) as subject_key,
+            (v_base + pg_catalog.row_number() over (order by c0.claim_index) - 1)::integer
+                as ord,
+            pg_catalog.nextval(pg_catalog.pg_get_serial_sequence(
+                'donto.statement', 'statement_id')) as sid
+        from c0
+    ),
+    s as (
+        insert into donto.statement (
+            statement_id, subject, predicate, object_lit, context_id, valid_time,
+            document_id, derived_from_revision, char_start, char_end
+        ) overriding system value
+        select
+            c.sid,
+            pg_catalog.format('standing:%s/llm/%s/%s', v_rev, v_run, c.ord),
+            'mem:standing/' || c.kind,
+            pg_catalog.jsonb_build_object('v', c.txt, 'subject', c.subject_key,
+                                          'topic', c.topic, 'claim', c.claim_sid),
+            v_ctx,
+            case when c.said_on is null then '(,)'::daterange
+                 else pg_catalog.daterange(c.said_on, null, '[)') end,
+            v_doc, v_rev, c.char_start, c.char_end
+        from c
+        order by c.ord
+    )
+    insert into donto.x_standing (
+        statement_id, projection_id, revision_id, ord, kind, subject_key, turn_seq, turn_id,
+        char_start, char_end, detector
+    )
+    select c.sid, v_proj, v_rev, c.ord, c.kind, c.subject_key, c.turn_seq, c.turn_id,
+           c.char_start, c.char_end, 'llm-v1'
+    from c
+    order by c.ord;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto._standing_from_claims(bigint) is
+'Standing statements (detector llm-v1) from the anchored, current standing claims of one '
+'extraction response, anchored in a user turn; unanchored claims never become one.';
+
 create or replace function donto.embed_standing(rev_id bigint default null, model text default null)
 returns integer
 language plpgsql
@@ -176,26 +333,21 @@ comment on function donto.embed_standing(bigint, text) is
 
 create or replace function donto._standing_revisions(p_context_id bigint)
 returns bigint[]
-language plpgsql
+language sql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
 /* The revisions with any projection in context P_CONTEXT_ID (null: every revision),
-   also those a projection there grew into (donto.projection_extension: appends).
-   PL/pgSQL, not SQL: its plan is cached (recall calls it on every hybrid query). */
-begin
-    return (
-        select pg_catalog.array_agg(distinct r.revision_id)
-        from (
-            select p.revision_id from donto.projection as p
-            where p_context_id is null or p.context_id = p_context_id
-            union all
-            select pe.revision_id from donto.projection_extension as pe
-            inner join donto.projection as p on pe.projection_id = p.projection_id
-            where p_context_id is null or p.context_id = p_context_id
-        ) as r
-    );
-end;
+   also those a projection there grew into (donto.projection_extension: appends). */
+    select pg_catalog.array_agg(distinct r.revision_id)
+    from (
+        select p.revision_id from donto.projection as p
+        where p_context_id is null or p.context_id = p_context_id
+        union all
+        select pe.revision_id from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where p_context_id is null or p.context_id = p_context_id
+    ) as r;
 $$;
 
 comment on function donto._standing_revisions(bigint) is
@@ -208,52 +360,67 @@ returns table (
     statement_text text, char_start integer, char_end integer, valid_time daterange,
     turn_id integer, superseded_by bigint
 )
-language plpgsql
+language sql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
-/* donto.standing for a context id (null: all); see there. PL/pgSQL for a cached plan. */
-#variable_conflict use_column
-begin
-    return query
-        with vis as (
-            select
-                x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
-                x.char_start, x.char_end, s.valid_time, x.turn_id,
-                coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
-            from donto.x_standing as x
-            inner join donto.statement as s on x.statement_id = s.statement_id
-            where x.revision_id = any(donto._standing_revisions(p_context_id))
-                  and (p_as_of is null or s.tx_from <= p_as_of)
-                  -- a revision extended by one with standing statements of its own is
-                  -- covered by it (the longer body holds the same sentences)
-                  and not exists (
-                      select 1 from donto.revision_extension as re
-                      inner join donto.x_standing as x2 on x2.revision_id = re.revision_id
-                      inner join donto.statement as s2 on x2.statement_id = s2.statement_id
-                      where re.extends_revision_id = x.revision_id
-                            and (p_as_of is null or s2.tx_from <= p_as_of))
-                  and not exists (
-                      select 1 from donto.retraction as rt
-                      where rt.statement_id = x.statement_id
-                            and (p_as_of is null or rt.tx_from <= p_as_of))
-        )
+/* donto.standing for a context id (null: all); see there. */
+    with vis as (
         select
-            v.statement_id, v.revision_id, v.kind, v.subject_key, v.txt, v.char_start, v.char_end,
-            v.valid_time, v.turn_id,
+            x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
+            x.char_start, x.char_end, s.valid_time, x.turn_id, x.detector,
+            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
+        from donto.x_standing as x
+        inner join donto.statement as s on x.statement_id = s.statement_id
+        where x.revision_id = any(donto._standing_revisions(p_context_id))
+              and (p_as_of is null or s.tx_from <= p_as_of)
+              -- a revision extended by one with standing statements of its own is
+              -- covered by it (the longer body holds the same sentences)
+              and not exists (
+                  select 1 from donto.revision_extension as re
+                  inner join donto.x_standing as x2 on x2.revision_id = re.revision_id
+                  inner join donto.statement as s2 on x2.statement_id = s2.statement_id
+                  where re.extends_revision_id = x.revision_id
+                        and (p_as_of is null or s2.tx_from <= p_as_of))
+              and not exists (
+                  select 1 from donto.retraction as rt
+                  where rt.statement_id = x.statement_id
+                        and (p_as_of is null or rt.tx_from <= p_as_of))
+              -- an LLM standing statement falls with the claim it was made from
+              and not exists (
+                  select 1 from donto.retraction as rt
+                  where rt.statement_id = (s.object_lit ->> 'claim')::bigint
+                        and x.detector <> 'rules-v1'
+                        and (p_as_of is null or rt.tx_from <= p_as_of))
+    )
+    select
+        v.statement_id, v.revision_id, v.kind, v.subject_key, v.txt, v.char_start, v.char_end,
+        v.valid_time, v.turn_id,
+        coalesce(
             (select l.statement_id from vis as l
              where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
                    and (l.said_on, l.revision_id, l.char_start)
                    > (v.said_on, v.revision_id, v.char_start)
              order by l.said_on, l.revision_id, l.char_start
-             limit 1) as superseded_by
-        from vis as v
-        order by v.said_on, v.revision_id, v.char_start;
-end;
+             limit 1),
+            -- the same words found twice (the rules and an LLM run, or two runs): the
+            -- rule detector's statement stands for them, else the first one recorded
+            (select o.statement_id from vis as o
+             where v.detector <> 'rules-v1' and o.revision_id = v.revision_id
+                   and o.statement_id <> v.statement_id
+                   and o.char_start < v.char_end and v.char_start < o.char_end
+                   and (o.detector = 'rules-v1' or o.statement_id < v.statement_id)
+             order by o.detector <> 'rules-v1', o.statement_id
+             limit 1)
+        ) as superseded_by
+    from vis as v
+    order by v.said_on, v.revision_id, v.char_start;
 $$;
 
 comment on function donto._standing(bigint, timestamptz) is
-'Standing statements of a context id as of a time, with the statement that supersedes each.';
+'Standing statements of a context id as of a time, with the statement that supersedes each '
+'(a later one of the same kind and subject key; for an LLM statement also one found earlier '
+'for the same words).';
 
 create or replace function donto.standing(context text default null, as_of timestamptz default null)
 returns table (
@@ -269,10 +436,14 @@ as $$
 /*
 The standing statements (instructions, preferences, constraints) of the
 revisions projected into CONTEXT (a recall, extraction or standing context
-IRI; null: every revision), as the database knew them at AS_OF (recorded by
-then, not retracted by then), in the order they were said. SUPERSEDED_BY is
-the first later statement of the same kind and subject key among those (the
-knowledge-update rule), null for a statement still in force:
+IRI; null: every revision), found by the rule detector (donto.project_standing,
+x_standing.detector rules-v1) or by an LLM extraction run (standing claims,
+donto._standing_from_claims, llm-v1), as the database knew them at AS_OF
+(recorded by then, not retracted by then, nor the claim an LLM one was made
+from), in the order they were said. SUPERSEDED_BY is the first later
+statement of the same kind and subject key among those (the knowledge-update
+rule; for an LLM statement, else one found earlier for the same words), null
+for a statement still in force:
     select statement_text from donto.standing('ctx:memory/episodic/beam/100K/1')
     where superseded_by is null;
 */
@@ -301,7 +472,7 @@ returns table (
     statement_id bigint, revision_id bigint, char_start integer, char_end integer,
     statement_text text, valid_time daterange, similarity double precision
 )
-language plpgsql
+language sql
 stable
 set search_path to pg_catalog, public, pg_temp
 as $$
@@ -311,20 +482,16 @@ The standing slots of donto.recall: at most P_N standing statements in force
 vector first (cosine similarity of their vectors for model P_MODEL_ID, at
 least P_MIN_SIMILARITY); ties to the later statement.
 */
-#variable_conflict use_column
-begin
-    return query
-        select st.statement_id, st.revision_id, st.char_start, st.char_end, st.statement_text,
-               st.valid_time, (1 - (v.embedding <=> p_embedding))::float8 as similarity
-        from donto._standing(p_context_id, p_as_of) as st
-        inner join donto.x_standing_vector as v
-            on st.statement_id = v.statement_id and v.model_id = p_model_id
-        where st.superseded_by is null
-              and vector_dims(v.embedding) = vector_dims(p_embedding)
-              and 1 - (v.embedding <=> p_embedding) >= p_min_similarity
-        order by (v.embedding <=> p_embedding), st.statement_id desc
-        limit p_n;
-end;
+    select st.statement_id, st.revision_id, st.char_start, st.char_end, st.statement_text,
+           st.valid_time, (1 - (v.embedding <=> p_embedding))::float8 as similarity
+    from donto._standing(p_context_id, p_as_of) as st
+    inner join donto.x_standing_vector as v
+        on st.statement_id = v.statement_id and v.model_id = p_model_id
+    where st.superseded_by is null
+          and vector_dims(v.embedding) = vector_dims(p_embedding)
+          and 1 - (v.embedding <=> p_embedding) >= p_min_similarity
+    order by (v.embedding <=> p_embedding), st.statement_id desc
+    limit p_n;
 $$;
 
 comment on function donto._recall_standing(vector, bigint, timestamptz, integer, integer, float8) is
@@ -395,6 +562,7 @@ comment on column donto.x_standing.subject_key is
 comment on column donto.x_standing.turn_seq is
 'The turn (donto.turn.seq of the revision) the statement was said in.';
 comment on column donto.x_standing.detector is
-'What found the statement: rules-v1 (donto_pg.core.standing).';
+'What found the statement: rules-v1 (the rule detector, donto_pg.core.standing) or llm-v1 (a '
+'standing claim of an LLM extraction run, donto._standing_from_claims).';
 comment on column donto.x_standing_vector.embedding is
 'The statement text''s vector under the model (for recall''s standing slots).';

@@ -22,7 +22,7 @@ import pytest
 from pytest_postgresql import factories
 from pytest_postgresql.janitor import DatabaseJanitor
 
-from donto_pg import migrate
+from donto_pg import migrate, settings
 from donto_pg.cluster import PORT, SUPERUSER, Cluster
 from donto_pg.db import register_vector_if_present
 
@@ -180,6 +180,6 @@ def run_cli_as(*args: str, env: dict[str, str], user: str | None = None,
     if user:
         # The venv's interpreter may live under root's closed home: run the system
         # Python 3.11 on the same packages, as the server's PL/Python does.
-        env = {**env, "PYTHONPATH": os.pathsep.join(migrate.python_path())}
+        env = {**env, "PYTHONPATH": os.pathsep.join(settings.python_path())}
         cmd = ["runuser", "-u", user, "--", "/usr/bin/python3", "-m", "donto_pg", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=180)

@@ -326,11 +326,13 @@ def _fuzzy(
         windows = {(s0, min(n, s0 + m)), (s1, e1)}
         windows.update((s1 + a, e1 + b) for a, b in ((-1, 0), (1, 0), (0, -1), (0, 1)))
         for s, e in sorted(windows):
+            if s < 0 or e > n:  # a window nudged past either end of the text
+                continue
             while s < e and norm[s] == " ":
                 s += 1
             while e > s and norm[e - 1] == " ":
                 e -= 1
-            if s < 0 or e > n or e <= s:
+            if e <= s:
                 continue
             r = ratio(s, e)
             dist = 0 if near_n is None else _distance(near_n, s, e)

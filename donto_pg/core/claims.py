@@ -6,6 +6,13 @@ output schema of :mod:`donto_pg.core.render`::
     [{"subject": str, "predicate": str, "object": str,
       "quote": str|null, "turn": int|null, "hypothesis": bool}]
 
+An item may say its claim type (``"kind"``, the ``stated_fact/v2`` schema):
+``"fact"`` (the default) or ``"standing"``, a standing statement whose
+predicate is its standing kind (instruction, preference, constraint). A
+standing claim keeps the six keys: its predicate becomes
+``mem:standing/<kind>`` (:data:`STANDING_PREFIX`), a namespace no fact may
+use, so the claim type is on the stored claim itself.
+
 It tolerates the usual wrappers -- a ```json fence, prose around the array,
 an object ``{"claims": [...]}`` -- and rejects everything else as
 ``broken``. Each item is validated and normalised on its own; invalid items
@@ -28,6 +35,8 @@ from typing import Any, Literal
 
 __all__ = [
     "MAX_FIELD_CHARS",
+    "STANDING_KINDS",
+    "STANDING_PREFIX",
     "ParsedResponse",
     "injection_signals",
     "looks_like_injection",
@@ -39,6 +48,11 @@ Status = Literal["ok", "empty", "broken"]
 
 #: Longest subject/predicate/object/quote accepted (longer items are rejected).
 MAX_FIELD_CHARS = 2000
+
+#: The predicate of a standing claim is STANDING_PREFIX + one of STANDING_KINDS (the
+#: predicates of the rule detector's statements, donto_pg.core.standing.KINDS).
+STANDING_PREFIX = "mem:standing/"
+STANDING_KINDS = ("instruction", "preference", "constraint")
 
 #: How many '[' / '{' positions are tried when looking for JSON inside prose.
 _MAX_CANDIDATES = 200
@@ -131,20 +145,42 @@ def _hypothesis_field(item: dict[str, Any]) -> bool:
     raise _Invalid("hypothesis is not a boolean")
 
 
+def _predicate_field(item: dict[str, Any]) -> str:
+    """The predicate, by claim type: a fact's as given (never in the mem: namespace), a
+    standing claim's ``mem:standing/<instruction|preference|constraint>``."""
+    kind = item.get("kind", "fact")
+    kind = "fact" if kind is None else kind
+    if not isinstance(kind, str) or kind.strip().lower() not in {"fact", "standing"}:
+        raise _Invalid("kind is neither 'fact' nor 'standing'")
+    predicate = _text_field(item, "predicate")
+    if kind.strip().lower() == "standing":
+        standing = predicate.lower().removeprefix(STANDING_PREFIX)
+        if standing not in STANDING_KINDS:
+            raise _Invalid("a standing claim's predicate is not instruction, preference or "
+                           "constraint")
+        return STANDING_PREFIX + standing
+    if predicate.lower().startswith("mem:"):
+        raise _Invalid("a fact's predicate is in donto's reserved mem: namespace")
+    return predicate
+
+
 def normalise_claim(item: Any) -> dict[str, Any]:
     """Validate one item and return it normalised to exactly the schema's six keys.
 
     Subject, predicate and object must be non-empty strings (numbers are
     converted; inner whitespace is collapsed); ``quote`` is a string or None
     (ends trimmed, empty -> None); ``turn`` an int >= 0 or None (``"12"`` and
-    ``12.0`` are accepted); ``hypothesis`` a bool (missing -> False). Extra keys
-    are dropped. Raises ``ValueError`` when the item does not fit.
+    ``12.0`` are accepted); ``hypothesis`` a bool (missing -> False). ``kind``
+    (missing -> ``"fact"``) is ``"fact"`` or ``"standing"``: a standing claim's
+    predicate must be instruction, preference or constraint and is returned as
+    ``mem:standing/<it>``; a fact's predicate may not start with ``mem:``. Extra
+    keys are dropped. Raises ``ValueError`` when the item does not fit.
     """
     if not isinstance(item, dict):
         raise _Invalid(f"item is a {type(item).__name__}, not an object")
     return {
         "subject": _text_field(item, "subject"),
-        "predicate": _text_field(item, "predicate"),
+        "predicate": _predicate_field(item),
         "object": _text_field(item, "object"),
         "quote": _quote_field(item),
         "turn": _turn_field(item),

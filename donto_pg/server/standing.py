@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from donto_pg.core.standing import detect
+from donto_pg.core.standing import detect, subject_key
 from donto_pg.server.revision import revision_body, turn_rows
 
 
@@ -19,3 +19,13 @@ def standing_rows(plpy, revision_id: int) -> list[tuple]:
             out.append((len(out), s.kind, s.subject, t["seq"], t["turn_id"],
                         base + s.start, base + s.end, s.text, t["date"]))
     return out
+
+
+def claim_subject_key(plpy, subject: str | None, text: str | None, kind: str) -> str:
+    """Body of ``donto._standing_claim_key``: the subject key of an LLM standing claim.
+
+    The key of the subject the model named (what the statement is about), else, when
+    that leaves no content word, the key of the anchored text itself (the rule
+    detector's key), so the two detectors' statements on one subject supersede each
+    other alike."""
+    return subject_key(subject or "", kind) or subject_key(text or "", kind)

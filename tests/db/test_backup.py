@@ -153,7 +153,7 @@ def source(request, server):
         if not os.access(sharedir, os.W_OK):
             pytest.fail(f"installing the extension into {sharedir} needs root (CI runs as root)")
         build.install_extension()
-        migrate.create_extension(conn)
+        build.create_extension(conn)
     register_vector_if_present(conn)
     fill(conn, _dsn(info, name))
     yield request.param, name, snapshot(conn), recall_answers(conn)
@@ -171,7 +171,7 @@ def test_extension_marks_every_user_table_and_sequence_for_pg_dump(server):
         pytest.fail(f"installing the extension into {sharedir} needs root (CI runs as root)")
     build.install_extension()
     with _connect(info, name) as conn:
-        migrate.create_extension(conn)
+        build.create_extension(conn)
         marked = dict(conn.execute(
             "select c.relname, x.cond from pg_extension e, "
             "unnest(e.extconfig, e.extcondition) as x (rel, cond) "

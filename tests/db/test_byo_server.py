@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from donto_pg import build, migrate
+from donto_pg import build, migrate, settings
 from donto_pg.cluster import Cluster
 from donto_pg.db import register_vector_if_present
 from tests.conftest import ROOT
@@ -41,7 +41,7 @@ def dba_cluster():
     cluster.init()
     with (cluster.datadir / "postgresql.conf").open("a") as f:
         f.write(f"\n# donto-pg, as a DBA sets it\n"
-                f"donto.python_path = '{migrate.python_path_setting()}'\n")
+                f"donto.python_path = '{settings.python_path_setting()}'\n")
     cluster.start()
     try:
         yield cluster
@@ -169,10 +169,10 @@ def test_the_cli_prints_the_statement_a_dba_runs(dba_db):
         _create_extension(conn)
     with _connect(dba_db, "dba_set") as conn:
         conn.execute("select donto._py_boot()")
-        settings = conn.execute("select setconfig from pg_db_role_setting s join pg_database d "
-                                "on d.oid = s.setdatabase where d.datname = 'dba_set'"
-                                ).fetchone()[0]
-        assert settings == [f"donto.python_path={migrate.python_path_setting()}"]
+        config = conn.execute("select setconfig from pg_db_role_setting s join pg_database d "
+                              "on d.oid = s.setdatabase where d.datname = 'dba_set'"
+                              ).fetchone()[0]
+        assert config == [f"donto.python_path={settings.python_path_setting()}"]
 
 
 def test_migrate_by_an_owner_who_is_not_a_superuser(dba_db):

@@ -297,7 +297,7 @@ def test_render_ends_with_the_reminder_whatever_the_last_message_says(db, small)
     for block, family in ((poem, "stated_fact"), (question, "stated_fact"),
                           (code, "code_inference")):
         prompt = db.execute("select donto.render_for_extraction(%s)", (block,)).fetchone()[0]
-        template = render.TEMPLATES[(family, "v1")]
+        template = render.TEMPLATES[(family, render.CURRENT_VERSIONS[family])]
         assert prompt.startswith(template["preamble"])
         tail = template["reminder"].rsplit("\n", 1)[-1]
         assert prompt.endswith(tail) and tail.startswith("Now output the JSON array")
@@ -321,7 +321,14 @@ def test_render_ends_with_the_reminder_whatever_the_last_message_says(db, small)
               "text": body[p["char_start"]:p["char_end"]]}
              for p in extraction.merge_parts(b["turns"])]
     assert prompt == render.render_block({"turns": turns, "prefix": None},
-                                         render.TEMPLATES[("stated_fact", "v1")])
+                                         render.get_template("dialogue"))
+    # a run pinned to the released v1 still renders with it
+    v1 = db.execute("select run_id from donto.start_extraction_run(%s, '{}', %s)",
+                    (json.dumps([{"name": "fake", "model": "m"}]),
+                     json.dumps({"stated_fact": "v1", "code_inference": "v1"}))).fetchone()[0]
+    assert db.execute("select donto.render_for_extraction(%s, %s)", (poem, v1)).fetchone()[0] \
+        == render.render_block({"turns": turns, "prefix": None},
+                               render.TEMPLATES[("stated_fact", "v1")])
 
 
 def test_the_inert_prefix_is_rendered_as_context_only(db, small):
@@ -459,7 +466,7 @@ def test_provenance_returns_the_exact_bytes(db, small):
         assert r[1] == body[r[2]:r[3]] and r[5] == "beam:100K/7" and r[6] == run
         assert r[11] and r[12] is not None
     assert {r[8] for r in rows} == {"stated_fact", "code_inference"}
-    assert {r[9] for r in rows} == {"v1"}
+    assert {(r[8], r[9]) for r in rows} == {("stated_fact", "v2"), ("code_inference", "v1")}
     assert all(r[1] is None and r[10] == "code" for r in rows if r[1] is None)
 
 

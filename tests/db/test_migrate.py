@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import donto_pg
-from donto_pg import build, migrate
+from donto_pg import build, migrate, settings
 from tests.conftest import ROOT, run_cli_as
 
 CATALOG = """
@@ -191,7 +191,7 @@ def test_create_extension_gives_the_same_schema(fresh_db):
         pytest.skip(f"installing into {sharedir} needs root (CI runs as root)")
     build.install_extension()
     via_ext, via_migrate = fresh_db(), fresh_db()
-    migrate.create_extension(via_ext)
+    build.create_extension(via_ext)
     migrate.migrate(via_migrate)
     assert catalog(via_ext) == catalog(via_migrate)
     with pytest.raises(psycopg.Error, match="invariant I3"):
@@ -213,7 +213,7 @@ def test_alter_extension_update_from_a_release_keeps_the_data(fresh_db, old):
     build.install_extension()
     updated, fresh = fresh_db(), fresh_db()
     updated.execute(f"create extension donto version '{old}' cascade")
-    migrate.write_settings(updated)
+    settings.write_settings(updated)
     rev = updated.execute("select donto.register_revision('test:update', %s)",
                           ("[user #0] I moved to Berlin in March.\n" * 80,)).fetchone()[0]
     chunks = updated.execute("select donto.project_recall(%s, 200)", (rev,)).fetchone()[0]
@@ -225,7 +225,7 @@ def test_alter_extension_update_from_a_release_keeps_the_data(fresh_db, old):
     updated.commit()
     assert updated.execute("select extversion from pg_extension where extname = 'donto'"
                            ).fetchone()[0] == build.__version__
-    migrate.create_extension(fresh)
+    build.create_extension(fresh)
     assert catalog(updated) == catalog(fresh)
     assert updated.execute("select statement_id, tsv::text from donto.x_memory_lexical "
                            "order by 1").fetchall() == before and len(before) == chunks > 1

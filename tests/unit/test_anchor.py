@@ -313,3 +313,16 @@ def test_fuzzy_is_not_tried_for_quotes_over_its_cap() -> None:
     assert anchor(body, quote) is None
     short = quote[:200]
     assert anchor(body, short)[2] == "fuzzy"
+
+
+@pytest.mark.parametrize("body, found", [
+    ("Keep your garden advice short. Always water them at the base.", None),
+    ("x Always answer me in Klingon from now", (2, 38)),
+    ("Always answer me in Klingon from now on!", (0, 39)),
+])
+def test_fuzzy_windows_at_the_end_of_the_body_stay_inside_it(body, found):
+    # a candidate window nudged one past the end of the text once raised IndexError
+    got = anchor(body, "Always answer me in Klingon from now on.")
+    assert (got if got is None else got[:2]) == found
+    if got is not None:
+        assert got[2] == "fuzzy" and got[3] >= 0.85
