@@ -26,7 +26,24 @@ def default_beam(scale: str = "100K") -> str:
 
 def machine() -> dict[str, object]:
     return {"cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def prioritize(nice: int | None, conn: psycopg.Connection | None = None) -> None:
+    """Run this process (CONN: its server backend) at NICE, also as the nice of its
+    scheduler autogroup. On Linux with autogroups (sched_autogroup_enabled) the CPU is
+    shared between sessions first and nice orders processes only inside one; every
+    PostgreSQL backend is a session of its own (setsid), so a backend's nice alone does
+    not order it against other sessions' work. NICE < 0 needs root. None: leave as is."""
+    if nice is None:
+        return
+    pid = 0 if conn is None else conn.execute("select pg_backend_pid()").fetchone()[0]
+    if conn is not None and not conn.autocommit:
+        conn.commit()
+    os.setpriority(os.PRIO_PROCESS, pid, nice)
+    group = Path(f"/proc/{pid or 'self'}/autogroup")
+    if group.exists():
+        group.write_text(str(nice))
 
 
 @contextmanager

@@ -363,6 +363,32 @@ comment on table donto.x_turn_key_vector is
 
 insert into donto.migration (name, sha256) values ('017-turn-keys.sql', '0df10122bd65cce44fecd557bc2b4365d9270161622066b10fd5a5efc1ffbd38');
 
+-- migrations/018-recall-fold-index.sql
+-- 018: recall's exchange folding (donto.recall_by_vector) probes two indexes per
+-- candidate chunk; both answer from the index alone. The latest user turn of a
+-- revision that starts before a chunk ends (user turns only: one entry, no heap
+-- row read), and the chunk of a projection holding a position, with its id in
+-- the index (the order by position and id is the index's: no sort per probe).
+
+create index turn_user_header_idx on donto.turn (revision_id, header_start)
+where role = 'user';
+
+comment on index donto.turn_user_header_idx is
+'The user turns of a revision by header position: recall''s exchange folding (index-only).';
+
+create index x_memory_record_projection_span_id_idx
+on donto.x_memory_record (projection_id, char_start, statement_id);
+
+comment on index donto.x_memory_record_projection_span_id_idx is
+'A projection''s chunks by position, with their ids: the chunk holding a position '
+'(recall''s exchange folding, donto.revision_chunks), index-only.';
+
+-- The index of 014 on (projection_id, char_start) is a prefix of the new one.
+drop index donto.x_memory_record_projection_span_idx;
+
+
+insert into donto.migration (name, sha256) values ('018-recall-fold-index.sql', '33b145e0bc47b700d39f8bb12ecf5453da0cd8ee61875c1cb43cd57e9f594262');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1459,6 +1485,68 @@ comment on function donto._index_exact_max() is
 'The context size above which ensure_context_indexes builds an HNSW index: the session''s '
 'donto.recall_exact_max for the owner; for other callers never below the configured bound.';
 
+create or replace function donto._ensure_lexical_indexes()
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Create the missing full-text indexes of the recall projections of large contexts:
+one partial GIN index per projection (x_memory_lexical_tsv_p<projection>, on
+donto.x_memory_lexical.tsv where projection_id = P) for every projection of a
+context holding more than donto.recall_lexical_exact_max chunks (default 10,000:
+the contexts whose lexical arm is budgeted, see donto._recall_lexical), so that
+the arm reads that context's postings alone, whatever else is stored. Called by
+donto.ensure_context_indexes (the end of donto-pg embed). Returns how many
+indexes were created. Index names and bounds are built from projection id
+numbers only. As with donto._index_exact_max, only the schema's owner (or a
+superuser) may lower the bound with a session setting: for anybody else it is
+never below donto._index_exact_max(), so a writer's SET cannot make the owner
+index every small projection.
+*/
+declare
+    v_min bigint := donto._recall_setting('recall_lexical_exact_max', '10000')::bigint;
+    v_projs bigint[];
+    v_proj bigint;
+    v_name text;
+    v_n integer := 0;
+begin
+    if not pg_catalog.pg_has_role(
+        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
+                       where n.nspname = 'donto'), 'MEMBER') then
+        v_min := greatest(v_min, donto._index_exact_max());
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2065, 0);
+    select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
+    from (
+        select p.projection_id,
+               pg_catalog.sum(c.n) over (partition by p.context_id) as context_chunks
+        from donto.projection as p
+        cross join lateral (
+            select pg_catalog.max(m.chunk_index) + 1 as n
+            from donto.x_memory_record as m where m.projection_id = p.projection_id
+        ) as c
+        where p.kind = 'recall'
+    ) as x
+    where x.context_chunks > v_min;
+    foreach v_proj in array coalesce(v_projs, '{}') loop
+        v_name := pg_catalog.format('x_memory_lexical_tsv_p%s', v_proj);
+        continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
+        execute pg_catalog.format(
+            'create index %I on donto.x_memory_lexical using gin (tsv) where projection_id = %s',
+            v_name, v_proj);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto._ensure_lexical_indexes() is
+'Create the partial full-text (GIN) index of each recall projection of a context above '
+'donto.recall_lexical_exact_max chunks, if missing; returns how many were created.';
+
 create or replace function donto.ensure_context_indexes(p_model_id integer)
 returns integer
 language plpgsql
@@ -1506,13 +1594,14 @@ begin
             v_name, v_dim, p_model_id, v_ctx);
         v_n := v_n + 1;
     end loop;
-    return v_n;
+    return v_n + donto._ensure_lexical_indexes();
 end;
 $$;
 
 comment on function donto.ensure_context_indexes(integer) is
 'Create the HNSW (cosine) index of each context above donto.recall_exact_max() vectors of '
-'one model, if missing; returns how many were created.';
+'one model, and the full-text indexes of large contexts (donto._ensure_lexical_indexes), if '
+'missing; returns how many were created.';
 
 create or replace function donto.ensure_embedding_index(p_model_id integer)
 returns text
@@ -1710,7 +1799,11 @@ declare
     v_all tsquery;
     v_used double precision := 0;
     v_score text;
+    v_where text;
     v_sql text;
+    v_elems text[];
+    v_freqs float4[];
+    v_minfreq double precision;
     v_ids bigint[];
     v_scores double precision[];
     r record;
@@ -1792,28 +1885,23 @@ begin
         return;
     end if;
 
-    -- Budgeted: df estimated from the column statistics.
+    -- Budgeted: df estimated from the column statistics (read once; each lexeme is
+    -- looked up in the most common elements by array_position).
+    select x.most_common_elems::text::text[], x.most_common_elem_freqs
+    into v_elems, v_freqs
+    from pg_catalog.pg_stats as x
+    where x.schemaname = 'donto' and x.tablename = 'x_memory_lexical' and x.attname = 'tsv';
+    v_minfreq := v_freqs[pg_catalog.array_length(v_freqs, 1) - 2];
     select
         pg_catalog.array_agg(e.df order by e.i),
         pg_catalog.array_agg(
             e.w * pg_catalog.ln(1 + (v_n - e.df + 0.5) / (e.df + 0.5)) order by e.i)
     into v_dfs, v_idfs
     from (
-        select t.i, t.w, coalesce(f.freq * v_n, st.minfreq / 2 * v_n, 1) as df
+        select t.i, t.w,
+               coalesce(v_freqs[pg_catalog.array_position(v_elems, t.t)] * v_n,
+                        v_minfreq / 2 * v_n, 1) as df
         from unnest(v_terms, v_tws) with ordinality as t (t, w, i)
-        left join (
-            select
-                x.most_common_elems::text::text[] as elems,
-                x.most_common_elem_freqs as freqs,
-                x.most_common_elem_freqs[pg_catalog.array_length(x.most_common_elem_freqs, 1) - 2]
-                    as minfreq
-            from pg_catalog.pg_stats as x
-            where x.schemaname = 'donto' and x.tablename = 'x_memory_lexical'
-                  and x.attname = 'tsv'
-        ) as st on true
-        left join lateral (
-            select u.freq from unnest(st.elems, st.freqs) as u (elem, freq) where u.elem = t.t
-        ) as f on true
     ) as e;
     for r in
         select t.tq, t.df from unnest(v_tqs, v_dfs) as t (tq, df) order by t.df, t.tq::text
@@ -1823,6 +1911,20 @@ begin
         v_sel := case when v_sel is null then r.tq else v_sel || r.tq end;
         v_used := v_used + r.df;
     end loop;
+    -- The candidates: through each projection's own full-text index when every
+    -- projection has one (donto._ensure_lexical_indexes; the projection ids inlined,
+    -- so that the planner can use the partial indexes), else through the index over
+    -- every context, intersected with the projections.
+    if (select pg_catalog.bool_and(pg_catalog.to_regclass(
+                pg_catalog.format('donto.x_memory_lexical_tsv_p%s', u.id)) is not null)
+        from pg_catalog.unnest(v_projs) as u (id)) then
+        select pg_catalog.string_agg(pg_catalog.format(
+            '(m0.projection_id = %s and m0.tsv @@ $1)', u.id), ' or ' order by u.id)
+        into v_where
+        from pg_catalog.unnest(v_projs) as u (id);
+    else
+        v_where := 'm0.tsv @@ $1 and m0.projection_id = any($2)';
+    end if;
     -- The score as one expression (a sum of ts_rank calls with literal weights).
     select pg_catalog.string_agg(pg_catalog.format(
         '%s::float8 * pg_catalog.ts_rank($4, m.tsv, %L::tsquery, 1)', t.idf, t.tq::text), ' + ')
@@ -1839,7 +1941,7 @@ begin
             from (
                 select m0.statement_id, m0.tsv
                 from donto.x_memory_lexical as m0
-                where m0.tsv @@ $1 and m0.projection_id = any($2)
+                where %s
                 limit $5
             ) as m
         ) as c
@@ -1851,7 +1953,7 @@ begin
                   where rt.statement_id = c.statement_id
                         and ($3::timestamptz is null or rt.tx_from <= $3))
         order by c.score desc, c.statement_id
-        limit $6) as c $q$, v_score);
+        limit $6) as c $q$, v_score, v_where);
     execute v_sql into v_ids, v_scores
     using v_sel, v_projs, p_as_of, v_weights, v_budget, p_pool;
     if coalesce(pg_catalog.cardinality(v_ids), 0) < p_pool
@@ -1963,6 +2065,7 @@ declare
     v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
     v_chunks integer := 0;
     v_st_done boolean;
+    v_grown boolean;
     v_st_ids bigint[];
     v_st_revs bigint[];
     v_st_starts integer[];
@@ -2083,6 +2186,12 @@ begin
             );
     end if;
     v_st_done := v_st_ids is null;
+    -- Did a projection searched grow (donto._extend_recall)? Only then can a chunk be
+    -- superseded, and the fold checks for it.
+    v_grown := exists (
+        select 1 from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx));
 
     for r in execute pg_catalog.format($q$
         with vec as (
@@ -2160,22 +2269,21 @@ begin
                            or exists (select 1 from donto.statement as hs1
                                       where hs1.statement_id = hm.statement_id
                                             and hs1.tx_from <= $3))
-                      and not exists (
+                      -- ($14: some projection searched grew; else nothing is superseded)
+                      and (not $14 or not exists (
                           select 1 from donto.projection_extension as pe
                           where pe.superseded_statement_id = hm.statement_id
-                                and ($3::timestamptz is null or pe.created_at <= $3))
+                                and ($3::timestamptz is null or pe.created_at <= $3)))
                 order by hm.char_start desc, hm.statement_id desc
                 limit 1
             ) as hm on true
             left join lateral (
-                select hs0.statement_id from donto.statement as hs0
-                where hs0.statement_id = hm.statement_id
-                      and ($3::timestamptz is null or hs0.tx_from <= $3)
-                      and not exists (
-                          select 1 from donto.retraction as rt
-                          where rt.statement_id = hs0.statement_id
-                                and ($3::timestamptz is null or rt.tx_from <= $3))
-                limit 1
+                -- ... and not retracted by then (its tx_from was checked above).
+                select hm.statement_id
+                where not exists (
+                    select 1 from donto.retraction as rt
+                    where rt.statement_id = hm.statement_id
+                          and ($3::timestamptz is null or rt.tx_from <= $3))
             ) as hs on true
         ),
         units as (
@@ -2200,27 +2308,30 @@ begin
             -- tier 0: the exchanges (or chunks); tier 1, only when folding: the
             -- candidate chunks themselves, to fill up to k rows when a context
             -- has fewer exchanges than k.
-            select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr, ranked.kvr, ranked.klr
-            from ranked
-            union all
-            select 1 as tier, cand.statement_id, cand.vr, cand.lr, cand.kvr, cand.klr
-            from cand where $8
+            select
+                t.tier, t.unit_id,
+                least(t.vr, t.kvr) as vr,
+                least(t.lr, t.klr) as lr,
+                (coalesce($12 / ($9 + t.vr), 0)
+                 + coalesce($13 / ($9 + t.lr), 0)
+                 + coalesce($10 / ($9 + t.kvr), 0)
+                 + coalesce($11 / ($9 + t.klr), 0))::float8 as score
+            from (
+                select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr, ranked.kvr, ranked.klr
+                from ranked
+                union all
+                select 1 as tier, cand.statement_id, cand.vr, cand.lr, cand.kvr, cand.klr
+                from cand where $8
+            ) as t
         )
-        select
+        -- Tier by tier, each sorted on its own: the loop below reads rows until it has
+        -- k, so tier 1 is sorted (and its statements read) only when tier 0 fell short.
+        -- (UNION ALL returns its branches in order: Append reads them one after another.)
+        (select
             s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
             s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
             q.vr::integer as vr, q.lr::integer as lr
-        from (
-            select
-                tiers.tier, tiers.unit_id,
-                least(tiers.vr, tiers.kvr) as vr,
-                least(tiers.lr, tiers.klr) as lr,
-                (coalesce($12 / ($9 + tiers.vr), 0)
-                 + coalesce($13 / ($9 + tiers.lr), 0)
-                 + coalesce($10 / ($9 + tiers.kvr), 0)
-                 + coalesce($11 / ($9 + tiers.klr), 0))::float8 as score
-            from tiers
-        ) as q
+        from tiers as q
         cross join lateral (
             select
                 s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
@@ -2228,10 +2339,27 @@ begin
             from donto.statement as s0 where s0.statement_id = q.unit_id
             limit 1
         ) as s
-        order by q.tier,
-                 pg_catalog.round(q.score::numeric, 9) desc,
+        where q.tier = 0
+        order by pg_catalog.round(q.score::numeric, 9) desc,
                  pg_catalog.upper(s.valid_time) desc nulls last,
-                 s.statement_id desc
+                 s.statement_id desc)
+        union all
+        (select
+            s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
+            s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
+            q.vr::integer as vr, q.lr::integer as lr
+        from tiers as q
+        cross join lateral (
+            select
+                s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
+                s0.object_lit, s0.valid_time
+            from donto.statement as s0 where s0.statement_id = q.unit_id
+            limit 1
+        ) as s
+        where q.tier = 1
+        order by pg_catalog.round(q.score::numeric, 9) desc,
+                 pg_catalog.upper(s.valid_time) desc nulls last,
+                 s.statement_id desc)
         $q$,
         coalesce(v_dim, 1),
         -- "+ 0" hides the expression from the HNSW index: an exact scan.
@@ -2242,7 +2370,7 @@ begin
              then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
     using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
           arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k,
-          v_w_kvec, v_w_klex, v_w_vec, v_w_lex
+          v_w_kvec, v_w_klex, v_w_vec, v_w_lex, v_grown
     loop
         -- Leave out a chunk that overlaps a better one of the same revision.
         v_span := pg_catalog.int8range(r.char_start, r.char_end);

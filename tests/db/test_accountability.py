@@ -351,15 +351,23 @@ def test_a_writer_cannot_make_the_owner_index_every_small_context(db, logins):
         db.commit()
         return n
 
+    def lexical_indexes() -> int:
+        n = db.execute("select count(*) from pg_indexes where schemaname = 'donto' "
+                       "and indexname like 'x_memory_lexical_tsv_p%'").fetchone()[0]
+        db.commit()
+        return n
+
     writer, as_writer = logins()
     w = as_writer()
     w.execute("set donto.recall_exact_max = 1")
+    w.execute("set donto.recall_lexical_exact_max = 1")
     assert w.execute("select donto.recall_exact_max(), donto._index_exact_max()"
                      ).fetchone() == (1, 10000)
     assert w.execute("select donto.ensure_context_indexes(%s)", (model,)).fetchone()[0] == 0
     assert w.execute("select donto.ensure_embedding_index(%s)", (model,)).fetchone()[0]
     w.commit()
     assert indexes() == 0
+    assert lexical_indexes() == 0  # nor a full-text index per projection
     # PGOPTIONS is no better than SET
     w2 = as_writer(options="-c donto.recall_exact_max=1")
     assert w2.execute("select donto.ensure_context_indexes(%s)", (model,)).fetchone()[0] == 0

@@ -300,7 +300,7 @@ def test_upgrade_to_014_caches_the_stored_vectors(empty_db):
         insert into donto.embedding (statement_id, model_id, context_id, embedding)
         select s.statement_id, m.model_id, c.context_id, '[1,0,0]' from s, m, c""")
     conn.commit()
-    assert "014-append.sql" in migrate.migrate(conn)
+    assert migrate.migrate(conn)[0] == "014-append.sql"
     rows = conn.execute("select encode(sha256, 'hex'), embedding::text "
                         "from donto.embedding_cache").fetchall()
     assert rows == [(hashlib.sha256(b"ab").hexdigest(), "[1,0,0]")]

@@ -246,3 +246,59 @@ def test_upgrade_from_007_moves_the_vectors_unchanged(db):
         with psycopg.connect(host=info.host, port=info.port, user=info.user,
                              dbname="postgres", autocommit=True) as admin:
             admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+WORDS = ("berlin flat rent deadline budget garden recipe lasagna database frontend framework "
+         "invoice holiday train ticket museum concert guitar lesson doctor appointment "
+         "marathon training knee coffee bakery novel chapter editor").split()
+LEXICAL_QUERIES = ["when is the deadline for the invoice", "my guitar lesson and the concert",
+                   "knee pain after marathon training", "rent for the flat in berlin",
+                   "which framework for the frontend database"]
+
+
+def test_large_contexts_get_a_full_text_index_of_their_own(db):
+    """Above donto.recall_lexical_exact_max chunks the lexical arm is budgeted; once
+    ensure_context_indexes gave the context's projection its own GIN index, the arm reads
+    it and answers exactly as through the index over every context."""
+    rng = np.random.default_rng(5)
+    db.execute("set donto.recall_lexical_exact_max = 100")
+    model_id = db.execute("select donto.ensure_embedding_model('test-model', 'random', %s)",
+                          (DIM,)).fetchone()[0]
+    revs = {}
+    for name, n in (("big", 300), ("other", 300), ("tiny", 40)):
+        body = "".join(("[user] " + " ".join(rng.choice(WORDS, size=12)))[:98] + "\n"
+                       for _ in range(n))
+        revs[name] = db.execute("select donto.register_revision(%s, %s)",
+                                (f"test:{name}", body)).fetchone()[0]
+        assert db.execute("select donto.project_recall(%s, 100)",
+                          (revs[name],)).fetchone()[0] == n
+    db.commit()
+    db.autocommit = True
+    db.execute("analyze donto.x_memory_lexical")
+    db.autocommit = False
+    ctx = "ctx:memory/episodic/test/big"
+
+    def lexical() -> list[list[tuple]]:
+        out = [db.execute("select statement_id, score, lexical_rank from donto.recall_by_vector("
+                          "null, %s, k => 10, context => %s, arms => 'lexical')",
+                          (q, ctx)).fetchall() for q in LEXICAL_QUERIES]
+        db.commit()
+        return out
+
+    before = lexical()
+    assert all(len(rows) == 10 for rows in before)
+    # one index per projection of a context above the bound, none for the small one
+    assert db.execute("select donto.ensure_context_indexes(%s)", (model_id,)).fetchone()[0] == 2
+    assert db.execute("select donto.ensure_context_indexes(%s)", (model_id,)).fetchone()[0] == 0
+    projs = {name: db.execute("select projection_id from donto.projection "
+                              "where revision_id = %s", (rev,)).fetchone()[0]
+             for name, rev in revs.items()}
+    have = {r[0] for r in db.execute(
+        "select indexname from pg_indexes where schemaname = 'donto' "
+        "and indexname like 'x_memory_lexical_tsv_p%'").fetchall()}
+    assert have == {f"x_memory_lexical_tsv_p{projs[n]}" for n in ("big", "other")}
+    db.commit()
+    assert lexical() == before
+    own = db.execute("select statement_id from donto.x_memory_record "
+                     "where projection_id = %s", (projs["big"],)).fetchall()
+    assert {r[0] for rows in before for r in rows} <= {r[0] for r in own}

@@ -30,8 +30,10 @@ BODY = ("=== session 1 | 2024-03-15 ===\n\n[user #0] I moved to Berlin in March.
         "[assistant #1] Nice! How is Berlin?\n\n[user #2] Cold, but I like my new flat.\n")
 
 # Dynamic EXECUTE in a definer, reviewed: the text is built from integers the function
-# reads from donto's own tables (model id and dimension), never from caller text.
-REVIEWED_EXECUTE = {"ensure_embedding_index", "ensure_context_indexes"}
+# reads from donto's own tables (model id and dimension, projection ids), never from caller
+# text.
+REVIEWED_EXECUTE = {"ensure_embedding_index", "ensure_context_indexes",
+                    "_ensure_lexical_indexes"}
 
 DEFINERS = """
 select p.proname::text, p.oid::regprocedure::text, p.prosrc, p.proconfig, l.lanname::text

@@ -3,10 +3,12 @@ standing slots, the payload's standing section, readers' access."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import psycopg
 import pytest
 
-from donto_pg import loader
+from donto_pg import beam, loader
 from donto_pg.embed import embed_pending
 from tests.conftest import write_chat
 
@@ -225,3 +227,57 @@ def test_bad_input_is_refused(db, tmp_path) -> None:
         db.execute("select donto.ingest_standing_embeddings(1, '{1}', %s)",
                    (["[" + ",".join(["0"] * 384) + "]"],))
     db.rollback()
+
+
+def _recall_standing(conn, q: str, as_of=None) -> list[tuple]:
+    """The standing rows (null ranks) of a hybrid recall in CTX: (statement id, revision, text)."""
+    rows = conn.execute(
+        "select r.statement_id, r.revision_id, r.chunk_text, r.vector_rank, r.lexical_rank "
+        "from donto.recall(%s, k => 8, context => %s, as_of => %s) as r", (q, CTX, as_of)
+    ).fetchall()
+    conn.commit()
+    return [(r[0], r[1], r[2]) for r in rows if r[3] is None and r[4] is None]
+
+
+def test_standing_statements_come_once_after_append_turns(db, tmp_path) -> None:
+    """A conversation loaded with session 1, then grown by donto.append_turns with session 2:
+    recall's standing slots hold each statement in force once, from the latest revision,
+    never the same sentence of the old and of the new revision side by side; as_of before
+    the append answers from the old revision."""
+    conv = next(beam.iter_beam(write_chat(tmp_path, "1", [SESSION1, SESSION2])))
+    n1 = len(SESSION1["turns"]) * 2
+    res = loader.load_conversation(db, dataclasses.replace(conv, messages=conv.messages[:n1],
+                                                           questions=[]))
+    assert res.ok, res.error
+    rev1 = res.revision_id
+    assert embed_pending(db, progress=False).standing == 2
+    db.execute("set donto.recall_standing_min = '-1'")
+    db.execute("set donto.recall_standing_slots = '3'")
+    q = "Give me a recipe for lasagna"
+    before = _recall_standing(db, q)
+    assert sorted(r[2] for r in before) == sorted([METRIC, VEGGIE])
+    t0 = db.execute("select clock_timestamp()").fetchone()[0]
+    db.commit()
+
+    new = [{"role": m.role, "content": m.content, "turn_id": m.turn_id, "session": m.session,
+            "exchange": m.exchange, "date": m.date.isoformat() if m.date else None}
+           for m in conv.messages[n1:]]
+    rev2 = loader.append_turns(db, loader.document_iri(conv), new)
+    db.commit()
+    assert rev2 != rev1
+    report = embed_pending(db, progress=False)
+    assert report.standing == 3  # the new revision's VEGGIE, METRIC and IMPERIAL
+    # both revisions hold VEGGIE and METRIC, so a duplicate would show here
+    assert db.execute("select count(*) from donto.x_standing where revision_id in (%s, %s)",
+                      (rev1, rev2)).fetchone()[0] == 5
+    db.commit()
+
+    after = _recall_standing(db, q)
+    assert sorted(r[2] for r in after) == sorted([VEGGIE, IMPERIAL])  # METRIC superseded
+    assert len({r[0] for r in after}) == len(after) == 2
+    assert {r[1] for r in after} == {rev2}
+    listed = [r[3] for r in _standing(db) if r[4] is None]
+    assert sorted(listed) == sorted([VEGGIE, IMPERIAL])
+    assert len(_standing(db)) == 3  # rev1's statements are covered by rev2's
+    # as of before the append: the old revision's statements, once each
+    assert _recall_standing(db, q, as_of=t0) == before
