@@ -368,6 +368,7 @@ def test_a_writer_cannot_make_the_owner_index_every_small_context(db, logins):
     w.commit()
     assert indexes() == 0
     assert lexical_indexes() == 0  # nor a full-text index per projection
+    w.execute("reset donto.recall_lexical_exact_max")
     # PGOPTIONS is no better than SET
     w2 = as_writer(options="-c donto.recall_exact_max=1")
     assert w2.execute("select donto.ensure_context_indexes(%s)", (model,)).fetchone()[0] == 0
