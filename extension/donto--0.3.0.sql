@@ -1964,6 +1964,26 @@ drop trigger if exists embedding_context on donto.embedding;
 create trigger embedding_context before insert on donto.embedding
 for each row execute function donto._embedding_context();
 
+create or replace function donto._session_owns_schema()
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether the login role of this session (session_user, which neither SET ROLE nor a
+security definer changes) is a member of the owner of schema donto (a superuser is a
+member of every role). The definers that let the owner's session settings count as they
+are (donto._index_exact_max, donto._ensure_lexical_indexes) ask this, so that a writer's
+SET or PGOPTIONS cannot lower their bounds.
+*/
+    select pg_catalog.pg_has_role(
+        session_user,
+        (select n.nspowner from pg_catalog.pg_namespace as n where n.nspname = 'donto'),
+        'MEMBER'
+    );
+$$;
+
 create or replace function donto._index_exact_max()
 returns bigint
 language plpgsql
@@ -1983,9 +2003,7 @@ declare
     v_set bigint := donto.recall_exact_max();
     v_conf text;
 begin
-    if pg_catalog.pg_has_role(
-        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
-                       where n.nspname = 'donto'), 'MEMBER') then
+    if donto._session_owns_schema() then
         return v_set;
     end if;
     select pg_catalog.split_part(c.item, '=', 2) into v_conf
@@ -2038,9 +2056,7 @@ declare
     v_name text;
     v_n integer := 0;
 begin
-    if not pg_catalog.pg_has_role(
-        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
-                       where n.nspname = 'donto'), 'MEMBER') then
+    if not donto._session_owns_schema() then
         v_min := greatest(v_min, donto._index_exact_max());
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2065, 0);
@@ -6992,8 +7008,8 @@ as $$
 /*
 Store vectors (pgvector text, one per id) of recall keys P_IDS (donto.x_turn_key)
 for model P_MODEL_ID, as donto-pg embed computed them. Existing vectors are
-kept; an id that is not a key, a wrong dimension or unequal array lengths are
-refused. Returns the rows added.
+kept; an id that is not a key (null included), a null vector, a wrong dimension
+or unequal array lengths are refused. Returns the rows added.
 */
 declare
     v_dim integer;
@@ -7016,9 +7032,11 @@ begin
     where u.v is null or vector_dims(u.v::vector) <> v_dim
           or not exists (select 1 from donto.x_turn_key as x where x.key_id = u.id)
     limit 1;
-    if v_bad is not null then
+    -- FOUND, not v_bad: a null id is no key either
+    if found then
         raise exception 'donto.ingest_turn_key_embeddings: % is not a recall key or its vector '
-            'does not have % dimensions', v_bad, v_dim using errcode = '22023';
+            'does not have % dimensions', coalesce(v_bad::text, 'null'), v_dim
+            using errcode = '22023';
     end if;
     insert into donto.x_turn_key_vector (key_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
@@ -8041,6 +8059,11 @@ comment on column donto.embedding_cache.sha256 is
 'SHA-256 of the embedded text (a recall chunk''s text, an A/B unit''s span text).';
 comment on column donto.embedding_cache.embedding is
 'The vector the model gave that text: identical text is never embedded twice.';
+
+-- internal helpers
+comment on function donto._session_owns_schema() is
+'Whether the session''s login role (session_user) is a member of the owner of schema donto: '
+'the owner''s own session settings count as they are, a writer''s may only raise a bound.';
 
 
 -- sql/098-dump.sql

@@ -297,6 +297,26 @@ drop trigger if exists embedding_context on donto.embedding;
 create trigger embedding_context before insert on donto.embedding
 for each row execute function donto._embedding_context();
 
+create or replace function donto._session_owns_schema()
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether the login role of this session (session_user, which neither SET ROLE nor a
+security definer changes) is a member of the owner of schema donto (a superuser is a
+member of every role). The definers that let the owner's session settings count as they
+are (donto._index_exact_max, donto._ensure_lexical_indexes) ask this, so that a writer's
+SET or PGOPTIONS cannot lower their bounds.
+*/
+    select pg_catalog.pg_has_role(
+        session_user,
+        (select n.nspowner from pg_catalog.pg_namespace as n where n.nspname = 'donto'),
+        'MEMBER'
+    );
+$$;
+
 create or replace function donto._index_exact_max()
 returns bigint
 language plpgsql
@@ -316,9 +336,7 @@ declare
     v_set bigint := donto.recall_exact_max();
     v_conf text;
 begin
-    if pg_catalog.pg_has_role(
-        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
-                       where n.nspname = 'donto'), 'MEMBER') then
+    if donto._session_owns_schema() then
         return v_set;
     end if;
     select pg_catalog.split_part(c.item, '=', 2) into v_conf
@@ -371,9 +389,7 @@ declare
     v_name text;
     v_n integer := 0;
 begin
-    if not pg_catalog.pg_has_role(
-        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
-                       where n.nspname = 'donto'), 'MEMBER') then
+    if not donto._session_owns_schema() then
         v_min := greatest(v_min, donto._index_exact_max());
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2065, 0);

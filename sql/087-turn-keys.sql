@@ -85,8 +85,8 @@ as $$
 /*
 Store vectors (pgvector text, one per id) of recall keys P_IDS (donto.x_turn_key)
 for model P_MODEL_ID, as donto-pg embed computed them. Existing vectors are
-kept; an id that is not a key, a wrong dimension or unequal array lengths are
-refused. Returns the rows added.
+kept; an id that is not a key (null included), a null vector, a wrong dimension
+or unequal array lengths are refused. Returns the rows added.
 */
 declare
     v_dim integer;
@@ -109,9 +109,11 @@ begin
     where u.v is null or vector_dims(u.v::vector) <> v_dim
           or not exists (select 1 from donto.x_turn_key as x where x.key_id = u.id)
     limit 1;
-    if v_bad is not null then
+    -- FOUND, not v_bad: a null id is no key either
+    if found then
         raise exception 'donto.ingest_turn_key_embeddings: % is not a recall key or its vector '
-            'does not have % dimensions', v_bad, v_dim using errcode = '22023';
+            'does not have % dimensions', coalesce(v_bad::text, 'null'), v_dim
+            using errcode = '22023';
     end if;
     insert into donto.x_turn_key_vector (key_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
