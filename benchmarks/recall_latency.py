@@ -231,6 +231,55 @@ def build_synthetic(dsn: str, log, contexts: tuple[tuple[str, int], ...] = SYNTH
             conn.execute("vacuum analyze donto.turn")
 
 
+def add_keys(dsn: str, log) -> int:
+    """Give every synthetic context without recall keys one key per user turn (--keys).
+
+    A key's text is a real BEAM user turn (the bundled examples, repeated), its full-text
+    vector that text's, its vector a random unit vector; it maps to the chunk that opens
+    its exchange. Idempotent: contexts that have keys are left alone. Returns the keys added.
+    """
+    users = [u for u in example_windows()[1] if u.strip()]
+    added = 0
+    with psycopg.connect(dsn) as conn:
+        register_vector_if_present(conn)
+        model_id = conn.execute("select donto.embedding_model_id(%s)", (MODEL,)).fetchone()[0]
+        projs = conn.execute(
+            "select p.projection_id, p.revision_id from donto.projection p "
+            "where p.kind = 'recall' and p.strategy = 'synthetic' and not exists ("
+            "select 1 from donto.x_turn_key k where k.projection_id = p.projection_id) "
+            "order by p.projection_id").fetchall()
+        if not projs:
+            return 0
+        conn.execute("create temp table _syn_users (j int primary key, t text)")
+        conn.cursor().executemany("insert into _syn_users values (%s, %s)",
+                                  list(enumerate(users)))
+        rng = np.random.default_rng(20241202)
+        for proj, rev in projs:
+            t0 = time.perf_counter()
+            ids = [r[0] for r in conn.execute(
+                "insert into donto.x_turn_key (projection_id, revision_id, turn_seq, "
+                "header_start, char_start, char_end, key_text, key_tsv) "
+                "select %s, t.revision_id, t.seq, t.header_start, t.char_start, t.char_end, "
+                "u.t, to_tsvector('english', u.t) from donto.turn t "
+                "join _syn_users u on u.j = t.exchange %% %s "
+                "where t.revision_id = %s and t.role = 'user' order by t.seq "
+                "returning key_id", (proj, len(users), rev)).fetchall()]
+            with conn.cursor().copy("copy donto.x_turn_key_vector (key_id, model_id, embedding) "
+                                    "from stdin with (format binary)") as cp:
+                cp.set_types(["int8", "int4", "vector"])
+                vecs = rng.standard_normal((len(ids), DIM), dtype=np.float32)
+                vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+                for key_id, v in zip(ids, vecs, strict=True):
+                    cp.write_row((key_id, model_id, v))
+            conn.commit()
+            added += len(ids)
+            log(f"  keys for projection {proj}: {len(ids):,} in {time.perf_counter() - t0:.0f} s")
+        conn.autocommit = True
+        conn.execute("vacuum analyze donto.x_turn_key")
+        conn.execute("vacuum analyze donto.x_turn_key_vector")
+    return added
+
+
 # -- timing --------------------------------------------------------------------------------
 
 def pct(values: list[float], q: float) -> float:
@@ -327,6 +376,8 @@ def measure_layout(dsn: str, name: str, contexts: tuple[tuple[str, int], ...], q
     """Build (once) and measure one --layout database: new layout, then today's."""
     log(f"database {name}: building what is missing")
     build_synthetic(dsn, log, contexts, model_index=False)
+    if args.keys:
+        log(f"  recall keys added: {add_keys(dsn, log):,}")
     out: dict[str, Any] = {"load_before": machine()["loadavg"]}
     with dbmod.connect(dsn) as conn:
         prioritize(args.priority, conn)
@@ -342,6 +393,14 @@ def measure_layout(dsn: str, name: str, contexts: tuple[tuple[str, int], ...], q
             sz = sorted({sizes[c] for _, c in items})
             log(f"  new layout, {label} contexts ({sz} chunks)")
             out[f"new layout, {label} contexts"] = measure(conn, items, args.k)
+            if args.keys:
+                # The same queries without the key arms: what the keys cost.
+                conn.execute("set donto.recall_key_weight = 0")
+                conn.commit()
+                log(f"  new layout, {label} contexts, key arms off")
+                out[f"new layout, {label} contexts, key arms off"] = measure(conn, items, args.k)
+                conn.execute("reset donto.recall_key_weight")
+                conn.commit()
         vec = conn.execute("select donto.embed_query(%s)", (qs[0],)).fetchone()[0]
         conn.commit()
         big = sets.get("large", sets.get("small"))[0][1]
@@ -371,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--which", choices=("beam", "tenants", "both"), default="both")
     ap.add_argument("--tenants", type=int, default=2000, help="small contexts (--layout)")
     ap.add_argument("--tenant-chunks", type=int, default=250)
+    ap.add_argument("--keys", action="store_true",
+                    help="--layout: give the contexts recall keys (one per user turn, random "
+                         "vectors), so that the key arm searches as many keys as a real "
+                         "conversation of that size has; kept once added")
     ap.add_argument("--model-index", action="store_true",
                     help="--layout: also build the per-model HNSW index over every context")
     ap.add_argument("-n", type=int, default=40, help="queries per measurement")

@@ -434,7 +434,9 @@ more than donto._index_exact_max() of its vectors (the session's
 donto.recall_exact_max only for the owner; another caller may raise the bound, never
 lower it below the configured one): one partial index per context
 (embedding_hnsw_m<model>_c<context>), so that recall in that context reads that
-index alone, whatever else is stored; smaller contexts are scanned exactly.
+index alone, whatever else is stored; smaller contexts are scanned exactly. Then
+the same for the recall keys' vectors of large projections (donto._ensure_key_indexes)
+and the full-text indexes of large contexts (donto._ensure_lexical_indexes).
 Returns how many indexes were created (a second call creates none). Index names
 and bounds are built from the model's and contexts' id numbers only.
 */
@@ -468,7 +470,7 @@ begin
             v_name, v_dim, p_model_id, v_ctx);
         v_n := v_n + 1;
     end loop;
-    return v_n + donto._ensure_lexical_indexes();
+    return v_n + donto._ensure_key_indexes(p_model_id) + donto._ensure_lexical_indexes();
 end;
 $$;
 
