@@ -2915,6 +2915,14 @@ begin
                     where rt.statement_id = hm.statement_id
                           and (v_as_of is null or rt.tx_from <= v_as_of))
             ) as hs on true
+            where c.vr is not null or c.lr is not null
+            union all
+            -- A candidate of the key arms alone is already the chunk holding a user
+            -- turn's header (known then, not superseded, not retracted: sql/087), so
+            -- it is its own exchange.
+            select c.statement_id, c.vr, c.lr, c.kvr, c.klr
+            from cand as c
+            where c.vr is null and c.lr is null
         ),
         units as (
             select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr,
