@@ -451,12 +451,14 @@ def measure_layout(dsn: str, name: str, contexts: tuple[tuple[str, int], ...], q
             # cost), and each --also NAME=VALUE.
             variants = (["recall_key_weight=0"] if args.keys else []) + args.also
             for item in variants:
-                name, _, value = item.partition("=")
-                conn.execute("select set_config(%s, %s, false)", (f"donto.{name}", value))
+                pairs = [p.partition("=")[::2] for p in item.split(",")]
+                for name, value in pairs:
+                    conn.execute("select set_config(%s, %s, false)", (f"donto.{name}", value))
                 conn.commit()
                 log(f"  new layout, {label} contexts, {item}")
                 out[f"new layout, {label} contexts, {item}"] = measure(conn, items, args.k)
-                conn.execute(sql.SQL("reset {}").format(sql.Identifier("donto", name)))
+                for name, _ in pairs:
+                    conn.execute(sql.SQL("reset {}").format(sql.Identifier("donto", name)))
                 conn.commit()
         vec = conn.execute("select donto.embed_query(%s)", (qs[0],)).fetchone()[0]
         conn.commit()
@@ -498,8 +500,9 @@ def main(argv: list[str] | None = None) -> int:
                          "real conversation of that size has (kept once added), and measure "
                          "the new layout with the key arms off too")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=VALUE",
-                    help="--layout: measure the new layout once more with this recall setting "
-                         "(repeatable), e.g. recall_pool_max_index=100")
+                    help="--layout: measure the new layout once more with these recall "
+                         "settings (repeatable; NAME=VALUE[,NAME=VALUE]), e.g. "
+                         "recall_pool_max_index=100")
     ap.add_argument("--model-index", action="store_true",
                     help="--layout: also build the per-model HNSW index over every context")
     ap.add_argument("-n", type=int, default=40, help="queries per measurement")
