@@ -197,6 +197,7 @@ def test_payload_keeps_the_standing_section_until_the_chunks_are_gone(embedded) 
 def test_readers_read_and_recall_standing_but_cannot_write(embedded, connect) -> None:
     reader = connect("donto_reader")
     reader.execute("set donto.recall_standing_min = '-1'")
+    reader.execute("set donto.recall_standing_slots = '2'")
     texts = [r[0] for r in reader.execute(
         "select statement_text from donto.standing(%s) where superseded_by is null",
         (CTX,)).fetchall()]
