@@ -2083,8 +2083,8 @@ Standing slots (ARMS 'hybrid' only): after the first
 donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
 statements in force (donto.standing: not superseded, as of AS_OF) of the
 revisions projected into the context, most similar to the query vector, at
-most donto.recall_standing_slots (default 2) and only those with cosine
-similarity at least donto.recall_standing_min (default 0.35); they count
+most donto.recall_standing_slots (default 1) and only those with cosine
+similarity at least donto.recall_standing_min (default 0.25); they count
 against k. Such a row has the standing statement's id, revision and char span
 (its sentence in the user turn), its text as chunk_text, its valid time, the
 similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
@@ -2132,7 +2132,7 @@ declare
     v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
     v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
     v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '200')::integer;
-    v_slots integer := donto._recall_setting('recall_standing_slots', '2')::integer;
+    v_slots integer := donto._recall_setting('recall_standing_slots', '1')::integer;
     v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
     v_chunks integer := 0;
     v_st_done boolean;
@@ -2144,7 +2144,7 @@ declare
     v_st_texts text[];
     v_st_valid daterange[];
     v_st_sims double precision[];
-    v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.35')::float8;
+    v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.25')::float8;
     v_w_vec double precision := donto._recall_setting('recall_vector_weight', '1')::float8;
     v_w_lex double precision := donto._recall_setting('recall_lexical_weight', '1')::float8;
     v_w_kvec double precision := donto._recall_setting('recall_key_weight', '0.5')::float8;

@@ -123,6 +123,7 @@ def embedded(db, tmp_path):
     assert report.standing == 3
     assert embed_pending(db, progress=False).standing == 0
     db.execute("set donto.recall_standing_min = '-1'")
+    db.execute("set donto.recall_standing_slots = '2'")  # (default 1) both in force
     return db
 
 
@@ -150,6 +151,11 @@ def test_recall_gives_standing_statements_in_force_in_reserved_slots(embedded) -
                       "k => 6, context => %s) where vector_rank is null and lexical_rank is null",
                       (CTX,)).fetchone()[0]
     assert none == 0
+    db.execute("reset donto.recall_standing_slots")  # the default: one slot
+    default = db.execute("select count(*) from donto.recall('Give me a recipe for lasagna', "
+                         "k => 6, context => %s) where vector_rank is null "
+                         "and lexical_rank is null", (CTX,)).fetchone()[0]
+    assert default == 1
     lexical = db.execute("select count(*) from donto.recall('recipe', k => 6, context => %s, "
                          "arms => 'lexical') where lexical_rank is null", (CTX,)).fetchone()[0]
     assert lexical == 0
@@ -191,6 +197,7 @@ def test_payload_keeps_the_standing_section_until_the_chunks_are_gone(embedded) 
 def test_readers_read_and_recall_standing_but_cannot_write(embedded, connect) -> None:
     reader = connect("donto_reader")
     reader.execute("set donto.recall_standing_min = '-1'")
+    reader.execute("set donto.recall_standing_slots = '2'")
     texts = [r[0] for r in reader.execute(
         "select statement_text from donto.standing(%s) where superseded_by is null",
         (CTX,)).fetchall()]
