@@ -379,7 +379,10 @@ as $$
 /*
 Does standing statement P_LATER take over from P_EARLIER, both of one kind and
 subject key P_SUBJECT? Each asks for its directive words: its English
-full-text lexemes outside the subject key and outside the words that say how
+full-text lexemes (words, not numbers) outside the subject key (a lexeme and a
+key stem match when either is a prefix of the other, 3 letters or more, or
+when they share their first 5: "qualiti" / "quality") and
+outside the words that say how
 to answer without saying what ("always", "include", "specify", "exact",
 "confirm", ...). Yes when they share one ("use metric units" / "use imperial
 units" when I ask about recipes: "unit") or when either has none (a
@@ -393,9 +396,19 @@ ask about social events): then both stay in force.
                 select w from pg_catalog.unnest(pg_catalog.tsvector_to_array(
                     pg_catalog.to_tsvector('pg_catalog.english'::pg_catalog.regconfig, x.t)
                 )) as w
-                where w <> all(pg_catalog.tsvector_to_array(pg_catalog.to_tsvector(
-                          'pg_catalog.english'::pg_catalog.regconfig,
-                          coalesce(p_subject, ''))))
+                where w operator(pg_catalog.~) '^[a-z]'
+                      -- not a subject word (the key's stems are not Snowball's:
+                      -- "plann" / "plan", "pric" / "price": either is a prefix)
+                      and not exists (
+                          select 1
+                          from pg_catalog.unnest(pg_catalog.string_to_array(
+                              coalesce(p_subject, ''), ' ')) as sk
+                          where sk = w
+                                or (pg_catalog.length(sk) >= 3 and pg_catalog.length(w) >= 3
+                                    and (pg_catalog.starts_with(w, sk)
+                                         or pg_catalog.starts_with(sk, w)))
+                                or (pg_catalog.length(sk) >= 5 and pg_catalog.length(w) >= 5
+                                    and pg_catalog.left(sk, 5) = pg_catalog.left(w, 5)))
                       and w <> all('{add,also,alway,never,answer,ask,clear,confirm,detail,everi,
                           each,exact,forward,futur,give,go,includ,inform,keep,like,list,make,
                           mention,need,note,pleas,prefer,provid,rather,realli,rememb,repli,
