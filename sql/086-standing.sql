@@ -543,30 +543,6 @@ comment on function donto.standing(text, timestamptz) is
 'Standing statements of a context as of a time, in the order said, each with the later '
 'statement that supersedes it (null: still in force).';
 
-create or replace function donto.standing_applies(query text)
-returns boolean
-language sql
-immutable
-parallel safe
-set search_path to pg_catalog, pg_temp
-as $$
-/*
-Whether recall's standing slots serve QUERY: false for a question about the
-conversation's own history (a summary, recap or overview of it, the order in
-which things were said, what was said throughout or across the
-conversations), which episodic chunks answer and a standing statement would
-only push down; true otherwise (null QUERY: true).
-*/
-    select query is null or query operator(pg_catalog.!~*) (
-        '\m(summar[a-z]*|recap|overview|the order in which|in order|walk me through'
-        || '|(throughout|across|over) (all )?(of )?(our|the|these|my) '
-        || '(conversations?|chats?|discussions?|sessions?))\M');
-$$;
-
-comment on function donto.standing_applies(text) is
-'False for a query about the conversation''s own history (summary, order, throughout our '
-'conversations): recall gives it no standing slots.';
-
 create or replace function donto._recall_standing(
     p_embedding vector, p_context_id bigint, p_as_of timestamptz, p_model_id integer,
     p_n integer, p_min_similarity double precision

@@ -309,18 +309,3 @@ def test_standing_statements_come_once_after_append_turns(db, tmp_path) -> None:
     # as of before the append: the old revision's statements, once each
     assert _recall_standing(db, q, as_of=t0) == before
 
-
-@pytest.mark.parametrize("query, applies", [
-    ("Can you suggest some good audiobooks?", True),
-    ("When is my next appointment with the family therapist?", True),
-    ("How should I organize my week?", True),
-    ("Can you give me a summary of my efforts to rebuild trust?", False),
-    ("Can you summarize how my training has progressed?", False),
-    ("Can you list the order in which I brought up my hobbies?", False),
-    ("How many goals have I set across our conversations?", False),
-    ("What did I plan throughout our chats, in order?", False),
-    (None, True),
-])
-def test_standing_slots_do_not_serve_questions_about_the_conversation_itself(
-        db, query, applies) -> None:
-    assert db.execute("select donto.standing_applies(%s)", (query,)).fetchone()[0] is applies
