@@ -12,10 +12,15 @@ Two settings:
   BEAM dialogue windows (examples/beam/chats/100K/1 and 13, CC-BY-SA-4.0),
   repeated; their spans are virtual (consecutive 1,200-character windows of a
   revision whose body is a short placeholder) and every fourth chunk opens an
-  exchange with a user turn. Vectors are random unit 384-d vectors stored under
-  the default model's name, so that ``donto.recall`` (which embeds the query
-  with the real model) runs unchanged. Statements and vectors are bulk-loaded
-  with COPY; the HNSW index is built afterwards with maintenance_work_mem = 2GB.
+  exchange with a user turn. A chunk's vector is the real model's embedding of its
+  text plus gaussian noise (0.02 per dimension, then normalised: the copies of a
+  text are distinct points near it), stored under the default model's name, so
+  that ``donto.recall`` (which embeds the query with the real model) runs
+  unchanged; ``--vectors random`` gives random unit 384-d vectors instead (what
+  databases built before this option hold; HNSW finds about a third of the true
+  neighbours among them and works three times as long, BENCHMARKS.md). Statements
+  and vectors are bulk-loaded with COPY; the HNSW index is built afterwards with
+  maintenance_work_mem = 2GB.
 
 For each arm it times ``donto.recall_by_vector`` with a precomputed query vector
 (the database work alone) and ``donto.recall`` (which also embeds the query in
@@ -74,6 +79,12 @@ EXAMPLES = REPO / "examples" / "beam" / "chats" / "100K"
 MODEL = "all-MiniLM-L6-v2"
 DIM = 384
 BIG = 434_000
+# Chunk vectors (--vectors real): the model's embedding of the chunk's text plus gaussian
+# noise of this standard deviation per dimension (then normalised), so that the many
+# copies of a text are distinct points near it.
+NOISE = 0.02
+VECTOR_SOURCES = {"real": "synthetic: BEAM window embeddings + noise 0.02",
+                  "random": "synthetic: random unit vectors"}
 SYNTH_CONTEXTS: tuple[tuple[str, int], ...] = (
     ("10M/big", BIG), ("1M/mid", 60_000), *((f"100K/{i}", 500) for i in range(1, 21)))
 ARMS = ("vector", "lexical", "hybrid")
@@ -106,8 +117,31 @@ def synth_dsn(dsn: str, dbname: str) -> str:
     return conninfo.make_conninfo(dsn, dbname=dbname)
 
 
+def unit_vectors(n: int, rng: np.random.Generator, base: np.ndarray | None,
+                 offset: int = 0) -> np.ndarray:
+    """N unit vectors: random (BASE None), or row (offset + i) mod len(BASE) of BASE with
+    gaussian noise (NOISE per dimension), so that repeated texts get distinct vectors near
+    their text's embedding."""
+    if base is None:
+        vecs = rng.standard_normal((n, DIM), dtype=np.float32)
+    else:
+        rows = base[(offset + np.arange(n)) % len(base)]
+        vecs = rows + rng.normal(0, NOISE, rows.shape).astype(np.float32)
+    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
+def base_vectors(texts: list[str], kind: str) -> np.ndarray | None:
+    """The real model's embeddings of TEXTS (--vectors real), or None (random)."""
+    if kind == "random":
+        return None
+    from donto_pg.core import encoder
+
+    return np.asarray(encoder.encode(texts), dtype=np.float32)
+
+
 def build_context(conn: psycopg.Connection, name: str, n: int, model_id: int,
-                  texts: list[str], rng: np.random.Generator, log) -> bool:
+                  texts: list[str], rng: np.random.Generator, log,
+                  base: np.ndarray | None = None) -> bool:
     """Load one synthetic context of N chunks (skipped if present). True if built now."""
     iri = f"ctx:memory/episodic/synth/{name}"
     if conn.execute("select 1 from donto.context where iri = %s", (iri,)).fetchone():
@@ -172,8 +206,7 @@ def build_context(conn: psycopg.Connection, name: str, n: int, model_id: int,
         cp.set_types(["int8", "int4", "vector"])
         for lo in range(0, n, 20_000):
             hi = min(n, lo + 20_000)
-            vecs = rng.standard_normal((hi - lo, DIM), dtype=np.float32)
-            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs = unit_vectors(hi - lo, rng, base, lo)
             for i, v in zip(range(lo, hi), vecs, strict=True):
                 cp.write_row((first + i, model_id, v))
     conn.commit()
@@ -182,15 +215,26 @@ def build_context(conn: psycopg.Connection, name: str, n: int, model_id: int,
 
 
 def build_synthetic(dsn: str, log, contexts: tuple[tuple[str, int], ...] = SYNTH_CONTEXTS,
-                    model_index: bool = True) -> None:
+                    model_index: bool = True, vectors: str = "real") -> None:
     texts, users, _ = example_windows()
     with psycopg.connect(dsn) as conn:
         register_vector_if_present(conn)
         migrate.migrate(conn)
         register_vector_if_present(conn)
+        source = VECTOR_SOURCES[vectors]
         model_id = conn.execute("select donto.ensure_embedding_model(%s, %s, %s)",
-                                (MODEL, "synthetic: random unit vectors", DIM)).fetchone()[0]
+                                (MODEL, source, DIM)).fetchone()[0]
+        built_with = conn.execute("select source from donto.embedding_model "
+                                  "where model_id = %s", (model_id,)).fetchone()[0]
+        if built_with != source:
+            raise SystemExit(f"{conn.info.dbname} holds vectors of another kind ({built_with!r})"
+                             f": drop that database (dropdb) or pass --vectors "
+                             f"{'random' if vectors == 'real' else 'real'}")
         conn.commit()
+        missing = [name for name, _ in contexts if not conn.execute(
+            "select 1 from donto.context where iri = %s",
+            (f"ctx:memory/episodic/synth/{name}",)).fetchone()]
+        base = base_vectors(texts, vectors) if missing else None
         conn.execute("create temp table _syn_tsv (j int primary key, tsv tsvector)")
         conn.cursor().executemany(
             "insert into _syn_tsv values (%s, "
@@ -199,7 +243,7 @@ def build_synthetic(dsn: str, log, contexts: tuple[tuple[str, int], ...] = SYNTH
             [(j, t, u) for j, (t, u) in enumerate(zip(texts, users, strict=True))])
         conn.commit()
         rng = np.random.default_rng(20240315)
-        built = [build_context(conn, name, n, model_id, texts, rng, log)
+        built = [build_context(conn, name, n, model_id, texts, rng, log, base)
                  for name, n in contexts]
         if not model_index:
             t0 = time.perf_counter()
@@ -229,6 +273,65 @@ def build_synthetic(dsn: str, log, contexts: tuple[tuple[str, int], ...] = SYNTH
             conn.execute("vacuum analyze donto.x_memory_record")
             conn.execute("vacuum analyze donto.x_memory_lexical")
             conn.execute("vacuum analyze donto.turn")
+
+
+def add_keys(dsn: str, log, vectors: str = "real") -> int:
+    """Give every synthetic context without recall keys one key per user turn (--keys).
+
+    A key's text is a real BEAM user turn (the bundled examples, repeated), its full-text
+    vector that text's, its vector that text's embedding with noise (--vectors real) or a
+    random unit vector; it maps to the chunk that opens
+    its exchange. Then the key indexes of the large projections are built
+    (donto.ensure_context_indexes). Idempotent: contexts that have keys are left alone.
+    Returns the keys added.
+    """
+    users = [u for u in example_windows()[1] if u.strip()]
+    added = 0
+    with psycopg.connect(dsn) as conn:
+        register_vector_if_present(conn)
+        model_id = conn.execute("select donto.embedding_model_id(%s)", (MODEL,)).fetchone()[0]
+        projs = conn.execute(
+            "select p.projection_id, p.revision_id from donto.projection p "
+            "where p.kind = 'recall' and p.strategy = 'synthetic' and not exists ("
+            "select 1 from donto.x_turn_key k where k.projection_id = p.projection_id) "
+            "order by p.projection_id").fetchall()
+        if not projs:
+            return 0
+        conn.execute("create temp table _syn_users (j int primary key, t text)")
+        conn.cursor().executemany("insert into _syn_users values (%s, %s)",
+                                  list(enumerate(users)))
+        rng = np.random.default_rng(20241202)
+        base = base_vectors(users, vectors)
+        for proj, rev in projs:
+            t0 = time.perf_counter()
+            ids = [r[0] for r in conn.execute(
+                "insert into donto.x_turn_key (projection_id, revision_id, turn_seq, "
+                "header_start, char_start, char_end, key_text, key_tsv) "
+                "select %s, t.revision_id, t.seq, t.header_start, t.char_start, t.char_end, "
+                "u.t, to_tsvector('english', u.t) from donto.turn t "
+                "join _syn_users u on u.j = t.exchange %% %s "
+                "where t.revision_id = %s and t.role = 'user' order by t.seq "
+                "returning key_id", (proj, len(users), rev)).fetchall()]
+            # (the keys come back in turn order: key i is user text i mod len(users))
+            with conn.cursor().copy("copy donto.x_turn_key_vector (key_id, model_id, embedding) "
+                                    "from stdin with (format binary)") as cp:
+                cp.set_types(["int8", "int4", "vector"])
+                vecs = unit_vectors(len(ids), rng, base)
+                for key_id, v in zip(ids, vecs, strict=True):
+                    cp.write_row((key_id, model_id, v))
+            conn.commit()
+            added += len(ids)
+            log(f"  keys for projection {proj}: {len(ids):,} in {time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        conn.execute("set maintenance_work_mem = '2GB'")
+        made = conn.execute("select donto.ensure_context_indexes(%s::integer)",
+                            (model_id,)).fetchone()[0]
+        conn.commit()
+        log(f"  built {made} key indexes in {time.perf_counter() - t0:.0f} s")
+        conn.autocommit = True
+        conn.execute("vacuum analyze donto.x_turn_key")
+        conn.execute("vacuum analyze donto.x_turn_key_vector")
+    return added
 
 
 # -- timing --------------------------------------------------------------------------------
@@ -326,7 +429,9 @@ def measure_layout(dsn: str, name: str, contexts: tuple[tuple[str, int], ...], q
                    args, log) -> dict[str, Any]:
     """Build (once) and measure one --layout database: new layout, then today's."""
     log(f"database {name}: building what is missing")
-    build_synthetic(dsn, log, contexts, model_index=False)
+    build_synthetic(dsn, log, contexts, model_index=False, vectors=args.vectors)
+    if args.keys:
+        log(f"  recall keys added: {add_keys(dsn, log, args.vectors):,}")
     out: dict[str, Any] = {"load_before": machine()["loadavg"]}
     with dbmod.connect(dsn) as conn:
         prioritize(args.priority, conn)
@@ -342,12 +447,25 @@ def measure_layout(dsn: str, name: str, contexts: tuple[tuple[str, int], ...], q
             sz = sorted({sizes[c] for _, c in items})
             log(f"  new layout, {label} contexts ({sz} chunks)")
             out[f"new layout, {label} contexts"] = measure(conn, items, args.k)
+            # The same queries with other settings: without the key arms (what the keys
+            # cost), and each --also NAME=VALUE.
+            variants = (["recall_key_weight=0"] if args.keys else []) + args.also
+            for item in variants:
+                pairs = [p.partition("=")[::2] for p in item.split(",")]
+                for name, value in pairs:
+                    conn.execute("select set_config(%s, %s, false)", (f"donto.{name}", value))
+                conn.commit()
+                log(f"  new layout, {label} contexts, {item}")
+                out[f"new layout, {label} contexts, {item}"] = measure(conn, items, args.k)
+                for name, _ in pairs:
+                    conn.execute(sql.SQL("reset {}").format(sql.Identifier("donto", name)))
+                conn.commit()
         vec = conn.execute("select donto.embed_query(%s)", (qs[0],)).fetchone()[0]
         conn.commit()
         big = sets.get("large", sets.get("small"))[0][1]
         out["new layout vector arm plan"] = explain_vector_arm(conn, vec, qs[0], big, args.k)
     if args.model_index:
-        build_synthetic(dsn, log, contexts, model_index=True)
+        build_synthetic(dsn, log, contexts, model_index=True, vectors=args.vectors)
     with dbmod.connect(dsn) as conn:
         prioritize(args.priority, conn)
         conn.execute("set donto.recall_layout = 'model'")
@@ -371,6 +489,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--which", choices=("beam", "tenants", "both"), default="both")
     ap.add_argument("--tenants", type=int, default=2000, help="small contexts (--layout)")
     ap.add_argument("--tenant-chunks", type=int, default=250)
+    ap.add_argument("--vectors", choices=("real", "random"), default="real",
+                    help="chunk and key vectors of a database built now: the model's "
+                         "embedding of the chunk's (key's) text plus noise (default), or "
+                         "random unit vectors (on which HNSW finds about a third of the true "
+                         "neighbours, BENCHMARKS.md)")
+    ap.add_argument("--keys", action="store_true",
+                    help="--layout: give the contexts recall keys (one per user turn, vectors "
+                         "as --vectors says), so that the key arm searches as many keys as a "
+                         "real conversation of that size has (kept once added), and measure "
+                         "the new layout with the key arms off too")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=VALUE",
+                    help="--layout: measure the new layout once more with these recall "
+                         "settings (repeatable; NAME=VALUE[,NAME=VALUE]), e.g. "
+                         "recall_pool_max_index=100")
     ap.add_argument("--model-index", action="store_true",
                     help="--layout: also build the per-model HNSW index over every context")
     ap.add_argument("-n", type=int, default=40, help="queries per measurement")
@@ -404,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.synthetic:
         dsn = synth_dsn(dsn, args.synthetic_db)
         log(f"synthetic database {args.synthetic_db}: building what is missing")
-        build_synthetic(dsn, log)
+        build_synthetic(dsn, log, vectors=args.vectors)
         _, _, questions = example_windows()
         rnd = random.Random(args.seed)
         qs = rnd.sample(questions, min(args.n, len(questions)))

@@ -389,6 +389,59 @@ drop index donto.x_memory_record_projection_span_idx;
 
 insert into donto.migration (name, sha256) values ('018-recall-fold-index.sql', '33b145e0bc47b700d39f8bb12ecf5453da0cd8ee61875c1cb43cd57e9f594262');
 
+-- migrations/019-key-layout.sql
+-- 019: the vectors of recall keys carry their projection
+-- (donto.x_turn_key_vector.projection_id, filled by a trigger from the key), stored
+-- clustered by (model, projection), so that the key arm of recall reads only the
+-- searched conversation's keys: an exact scan of its rows (index
+-- x_turn_key_vector_projection_idx) for a small projection, a partial HNSW index of
+-- its own for a large one (created by donto.ensure_context_indexes, see
+-- sql/087-turn-keys.sql), as migration 011 did for the chunks' vectors. Existing
+-- vectors move over unchanged.
+
+create table donto.x_turn_key_vector_019 (
+    key_id bigint not null,
+    model_id integer not null,
+    projection_id bigint not null,
+    embedding vector not null,
+    created_at timestamptz not null default now()
+);
+
+insert into donto.x_turn_key_vector_019 (key_id, model_id, projection_id, embedding, created_at)
+select
+    v.key_id,
+    v.model_id,
+    k.projection_id,
+    v.embedding,
+    v.created_at
+from donto.x_turn_key_vector as v
+inner join donto.x_turn_key as k on v.key_id = k.key_id
+order by v.model_id, k.projection_id, v.key_id;
+
+drop table donto.x_turn_key_vector;
+alter table donto.x_turn_key_vector_019 rename to x_turn_key_vector;
+
+alter table donto.x_turn_key_vector
+add constraint x_turn_key_vector_pkey primary key (key_id, model_id),
+add constraint x_turn_key_vector_key_id_fkey
+foreign key (key_id) references donto.x_turn_key,
+add constraint x_turn_key_vector_model_id_fkey
+foreign key (model_id) references donto.embedding_model,
+add constraint x_turn_key_vector_projection_id_fkey
+foreign key (projection_id) references donto.projection;
+
+create index x_turn_key_vector_projection_idx
+on donto.x_turn_key_vector (model_id, projection_id);
+
+comment on table donto.x_turn_key_vector is
+'Vectors of recall keys (donto.x_turn_key) per embedding model (donto-pg embed), with the '
+'key''s projection (filled from the key on insert), clustered by model and projection.';
+comment on index donto.x_turn_key_vector_projection_idx is
+'The key vectors of one projection: the key arm''s exact scan of a small conversation.';
+
+
+insert into donto.migration (name, sha256) values ('019-key-layout.sql', '9b6c60d3c4056fd19bbdc2779b8a65bf00f30e754d5bc0afb12f710864a25d28');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1439,6 +1492,26 @@ drop trigger if exists embedding_context on donto.embedding;
 create trigger embedding_context before insert on donto.embedding
 for each row execute function donto._embedding_context();
 
+create or replace function donto._session_owns_schema()
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether the login role of this session (session_user, which neither SET ROLE nor a
+security definer changes) is a member of the owner of schema donto (a superuser is a
+member of every role). The definers that let the owner's session settings count as they
+are (donto._index_exact_max, donto._ensure_lexical_indexes) ask this, so that a writer's
+SET or PGOPTIONS cannot lower their bounds.
+*/
+    select pg_catalog.pg_has_role(
+        session_user,
+        (select n.nspowner from pg_catalog.pg_namespace as n where n.nspname = 'donto'),
+        'MEMBER'
+    );
+$$;
+
 create or replace function donto._index_exact_max()
 returns bigint
 language plpgsql
@@ -1458,9 +1531,7 @@ declare
     v_set bigint := donto.recall_exact_max();
     v_conf text;
 begin
-    if pg_catalog.pg_has_role(
-        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
-                       where n.nspname = 'donto'), 'MEMBER') then
+    if donto._session_owns_schema() then
         return v_set;
     end if;
     select pg_catalog.split_part(c.item, '=', 2) into v_conf
@@ -1513,9 +1584,7 @@ declare
     v_name text;
     v_n integer := 0;
 begin
-    if not pg_catalog.pg_has_role(
-        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
-                       where n.nspname = 'donto'), 'MEMBER') then
+    if not donto._session_owns_schema() then
         v_min := greatest(v_min, donto._index_exact_max());
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2065, 0);
@@ -1560,7 +1629,9 @@ more than donto._index_exact_max() of its vectors (the session's
 donto.recall_exact_max only for the owner; another caller may raise the bound, never
 lower it below the configured one): one partial index per context
 (embedding_hnsw_m<model>_c<context>), so that recall in that context reads that
-index alone, whatever else is stored; smaller contexts are scanned exactly.
+index alone, whatever else is stored; smaller contexts are scanned exactly. Then
+the same for the recall keys' vectors of large projections (donto._ensure_key_indexes)
+and the full-text indexes of large contexts (donto._ensure_lexical_indexes).
 Returns how many indexes were created (a second call creates none). Index names
 and bounds are built from the model's and contexts' id numbers only.
 */
@@ -1594,7 +1665,7 @@ begin
             v_name, v_dim, p_model_id, v_ctx);
         v_n := v_n + 1;
     end loop;
-    return v_n + donto._ensure_lexical_indexes();
+    return v_n + donto._ensure_key_indexes(p_model_id) + donto._ensure_lexical_indexes();
 end;
 $$;
 
@@ -2086,6 +2157,15 @@ declare
     v_span int8range;
     v_clash boolean;
     v_hit donto.recall_hit;
+    v_vec_ids bigint[];
+    v_lex_ids bigint[];
+    v_key_ids bigint[];
+    v_key_vrs bigint[];
+    v_key_lrs bigint[];
+    v_key_vec boolean;
+    v_key_lex boolean;
+    v_fold boolean;
+    v_as_of timestamptz;
     r record;
 begin
     perform donto._check_query(query, 'donto.recall_by_vector', true);
@@ -2193,14 +2273,18 @@ begin
         inner join donto.projection as p on pe.projection_id = p.projection_id
         where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx));
 
-    for r in execute pg_catalog.format($q$
-        with vec as (
-            select c.statement_id, pg_catalog.row_number() over (order by c.d, c.statement_id) as r
+    -- The arms, each into an array of statement ids in rank order: only the
+    -- vector arm's statement is built per call (the context's and model's ids
+    -- inlined, so that the planner can use the context's own HNSW index); the
+    -- fusion below is static SQL, planned once per session.
+    if arms <> 'lexical' and v_w_vec <> 0 then
+        execute pg_catalog.format($q$
+            select pg_catalog.array_agg(c.statement_id order by c.d, c.statement_id)
             from (
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
                 inner join donto.statement as s on e.statement_id = s.statement_id
-                where $5 and $12 <> 0 and e.model_id = %3$s %4$s
+                where e.model_id = %3$s %4$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
@@ -2210,33 +2294,54 @@ begin
                                 and ($3::timestamptz is null or rt.tx_from <= $3))
                 order by ((e.embedding::vector(%1$s)) <=> $1) %2$s
                 limit $4
-            ) as c
-        ),
-        lex as (
-            select l.statement_id,
-                   pg_catalog.row_number() over (order by l.score desc, l.statement_id) as r
-            from (select * from donto._recall_lexical($6, $2, $3, $4) limit $4) as l
-            where $7 and $13 <> 0
-        ),
-        keys as (
-            -- The key arms (sql/087): user turns ranked on their own, as the chunks
-            -- holding them.
-            select kx.statement_id, kx.key_vector_rank as kvr, kx.key_lexical_rank as klr
-            from donto._recall_keys($1, $6, $2, $3, %3$s, $4, $5 and $10 <> 0, $7 and $11 <> 0)
-                as kx
-            where ($5 and $10 <> 0) or ($7 and $11 <> 0)
-        ),
-        cand as (
+            ) as c $q$,
+            v_dim,
+            -- "+ 0" hides the expression from the HNSW index: an exact scan.
+            case when v_exact then '+ 0' else '' end,
+            v_model,
+            -- The context's own vectors (its index, or embedding_context_idx).
+            case when v_ctx is not null and v_layout = 'context'
+                 then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
+        into v_vec_ids
+        using embedding, v_ctx, as_of, v_pool;
+    end if;
+    if arms <> 'vector' and query is not null and v_w_lex <> 0 then
+        select pg_catalog.array_agg(l.statement_id order by l.score desc, l.statement_id)
+        into v_lex_ids
+        from donto._recall_lexical(query, v_ctx, as_of, v_pool) as l;
+    end if;
+    -- The key arms (sql/087): user turns ranked on their own, as the chunks
+    -- holding them; not called when the context has no keys.
+    v_key_vec := arms <> 'lexical' and v_w_kvec <> 0;
+    v_key_lex := arms <> 'vector' and query is not null and v_w_klex <> 0;
+    if (v_key_vec or v_key_lex) and exists (
+        select 1 from donto.projection as p
+        where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx)
+              and exists (select 1 from donto.x_turn_key as tk
+                          where tk.projection_id = p.projection_id)) then
+        select pg_catalog.array_agg(kx.statement_id), pg_catalog.array_agg(kx.key_vector_rank),
+               pg_catalog.array_agg(kx.key_lexical_rank)
+        into v_key_ids, v_key_vrs, v_key_lrs
+        from donto._recall_keys(embedding, query, v_ctx, as_of, coalesce(v_model, 0), v_pool,
+                                v_key_vec, v_key_lex) as kx;
+    end if;
+    v_fold := v_unit = 'exchange';
+    v_as_of := as_of;
+
+    for r in
+        with cand as (
             select a.statement_id, pg_catalog.min(a.vr) as vr, pg_catalog.min(a.lr) as lr,
                    pg_catalog.min(a.kvr) as kvr, pg_catalog.min(a.klr) as klr
             from (
-                select v.statement_id, v.r as vr, null::bigint as lr, null::bigint as kvr,
+                select v.id as statement_id, v.r as vr, null::bigint as lr, null::bigint as kvr,
                        null::bigint as klr
-                from vec as v
+                from pg_catalog.unnest(v_vec_ids) with ordinality as v (id, r)
                 union all
-                select l.statement_id, null, l.r, null, null from lex as l
+                select l.id, null, l.r, null, null
+                from pg_catalog.unnest(v_lex_ids) with ordinality as l (id, r)
                 union all
-                select kk.statement_id, null, null, kk.kvr, kk.klr from keys as kk
+                select kk.id, null, null, kk.kvr, kk.klr
+                from unnest(v_key_ids, v_key_vrs, v_key_lrs) as kk (id, kvr, klr)
             ) as a
             group by a.statement_id
         ),
@@ -2253,7 +2358,7 @@ begin
             ) as m
             left join lateral (
                 select t.header_start from donto.turn as t
-                where $8 and t.revision_id = m.revision_id and t.role = 'user'
+                where v_fold and t.revision_id = m.revision_id and t.role = 'user'
                       and t.header_start < m.char_end
                 order by t.header_start desc
                 limit 1
@@ -2261,19 +2366,19 @@ begin
             left join lateral (
                 -- The chunk holding the user turn, in the same projection (whatever
                 -- revision it was cut from, when the conversation grew): known at
-                -- $3 and not superseded by then.
+                -- v_as_of and not superseded by then.
                 select hm.statement_id from donto.x_memory_record as hm
                 where hm.projection_id = m.projection_id
                       and hm.char_start <= ut.header_start
-                      and ($3::timestamptz is null
+                      and (v_as_of is null
                            or exists (select 1 from donto.statement as hs1
                                       where hs1.statement_id = hm.statement_id
-                                            and hs1.tx_from <= $3))
-                      -- ($14: some projection searched grew; else nothing is superseded)
-                      and (not $14 or not exists (
+                                            and hs1.tx_from <= v_as_of))
+                      -- (v_grown: some projection searched grew; else nothing is superseded)
+                      and (not v_grown or not exists (
                           select 1 from donto.projection_extension as pe
                           where pe.superseded_statement_id = hm.statement_id
-                                and ($3::timestamptz is null or pe.created_at <= $3)))
+                                and (v_as_of is null or pe.created_at <= v_as_of)))
                 order by hm.char_start desc, hm.statement_id desc
                 limit 1
             ) as hm on true
@@ -2283,8 +2388,16 @@ begin
                 where not exists (
                     select 1 from donto.retraction as rt
                     where rt.statement_id = hm.statement_id
-                          and ($3::timestamptz is null or rt.tx_from <= $3))
+                          and (v_as_of is null or rt.tx_from <= v_as_of))
             ) as hs on true
+            where c.vr is not null or c.lr is not null
+            union all
+            -- A candidate of the key arms alone is already the chunk holding a user
+            -- turn's header (known then, not superseded, not retracted: sql/087), so
+            -- it is its own exchange.
+            select c.statement_id, c.vr, c.lr, c.kvr, c.klr
+            from cand as c
+            where c.vr is null and c.lr is null
         ),
         units as (
             select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr,
@@ -2312,26 +2425,33 @@ begin
                 t.tier, t.unit_id,
                 least(t.vr, t.kvr) as vr,
                 least(t.lr, t.klr) as lr,
-                (coalesce($12 / ($9 + t.vr), 0)
-                 + coalesce($13 / ($9 + t.lr), 0)
-                 + coalesce($10 / ($9 + t.kvr), 0)
-                 + coalesce($11 / ($9 + t.klr), 0))::float8 as score
+                (coalesce(v_w_vec / (v_rrf_k + t.vr), 0)
+                 + coalesce(v_w_lex / (v_rrf_k + t.lr), 0)
+                 + coalesce(v_w_kvec / (v_rrf_k + t.kvr), 0)
+                 + coalesce(v_w_klex / (v_rrf_k + t.klr), 0))::float8 as score
             from (
                 select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr, ranked.kvr, ranked.klr
                 from ranked
                 union all
                 select 1 as tier, cand.statement_id, cand.vr, cand.lr, cand.kvr, cand.klr
-                from cand where $8
+                from cand where v_fold
             ) as t
         )
-        -- Tier by tier, each sorted on its own: the loop below reads rows until it has
-        -- k, so tier 1 is sorted (and its statements read) only when tier 0 fell short.
-        -- (UNION ALL returns its branches in order: Append reads them one after another.)
-        (select
+        -- Sorted by tier and score first, without the statements; the statements are
+        -- read, and ties in the score broken, as the loop below reads rows (an
+        -- incremental sort, one group of equal scores at a time): the loop stops at k
+        -- rows, so most units' statements are never read, and tier 1 only when tier 0
+        -- fell short.
+        select
             s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
             s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
             q.vr::integer as vr, q.lr::integer as lr
-        from tiers as q
+        from (
+            select t.tier, t.unit_id, t.score, t.vr, t.lr,
+                   pg_catalog.round(t.score::numeric, 9) as rounded
+            from tiers as t
+            order by t.tier, pg_catalog.round(t.score::numeric, 9) desc
+        ) as q
         cross join lateral (
             select
                 s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
@@ -2339,38 +2459,8 @@ begin
             from donto.statement as s0 where s0.statement_id = q.unit_id
             limit 1
         ) as s
-        where q.tier = 0
-        order by pg_catalog.round(q.score::numeric, 9) desc,
-                 pg_catalog.upper(s.valid_time) desc nulls last,
-                 s.statement_id desc)
-        union all
-        (select
-            s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
-            s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
-            q.vr::integer as vr, q.lr::integer as lr
-        from tiers as q
-        cross join lateral (
-            select
-                s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
-                s0.object_lit, s0.valid_time
-            from donto.statement as s0 where s0.statement_id = q.unit_id
-            limit 1
-        ) as s
-        where q.tier = 1
-        order by pg_catalog.round(q.score::numeric, 9) desc,
-                 pg_catalog.upper(s.valid_time) desc nulls last,
-                 s.statement_id desc)
-        $q$,
-        coalesce(v_dim, 1),
-        -- "+ 0" hides the expression from the HNSW index: an exact scan.
-        case when v_exact then '+ 0' else '' end,
-        coalesce(v_model, 0),
-        -- The context's own vectors (its index, or embedding_context_idx).
-        case when v_ctx is not null and v_layout = 'context'
-             then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
-    using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
-          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k,
-          v_w_kvec, v_w_klex, v_w_vec, v_w_lex, v_grown
+        order by q.tier, q.rounded desc, pg_catalog.upper(s.valid_time) desc nulls last,
+                 s.statement_id desc
     loop
         -- Leave out a chunk that overlaps a better one of the same revision.
         v_span := pg_catalog.int8range(r.char_start, r.char_end);
@@ -6521,6 +6611,87 @@ comment on function donto.project_turn_keys(bigint) is
 'Recall keys: one row per user turn of each recall projection of a revision (its text and '
 'full-text vector, anchored by char span); idempotent, append-only; returns the keys added.';
 
+create or replace function donto._turn_key_vector_projection()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Trigger body (before insert on donto.x_turn_key_vector): a key vector's
+projection is its key's projection, whatever the inserter wrote, so that recall
+can search one conversation's key vectors alone (donto._recall_keys).
+*/
+begin
+    select k.projection_id into new.projection_id
+    from donto.x_turn_key as k where k.key_id = new.key_id;
+    return new;
+end;
+$$;
+
+comment on function donto._turn_key_vector_projection() is
+'Trigger function: donto.x_turn_key_vector.projection_id is the projection of the vector''s key.';
+
+drop trigger if exists turn_key_vector_projection on donto.x_turn_key_vector;
+create trigger turn_key_vector_projection before insert on donto.x_turn_key_vector
+for each row execute function donto._turn_key_vector_projection();
+
+create or replace function donto._ensure_key_indexes(p_model_id integer)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Create the missing HNSW cosine indexes of one model's recall-key vectors for the
+projections holding more than donto._index_exact_max() of them (the bound of
+donto.ensure_context_indexes, which calls this): one partial index per
+projection (x_turn_key_vector_hnsw_m<model>_p<projection>), so that the key arm
+of a large conversation reads that index alone; smaller ones are scanned
+exactly. Returns how many were created. Index names and bounds are built from
+id numbers only.
+*/
+declare
+    v_dim integer;
+    v_min bigint := donto._index_exact_max();
+    v_projs bigint[];
+    v_proj bigint;
+    v_name text;
+    v_n integer := 0;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2086, p_model_id);
+    -- The projections first (no scan of the table may be open during CREATE INDEX).
+    select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
+    from (
+        select v.projection_id from donto.x_turn_key_vector as v
+        where v.model_id = p_model_id
+        group by v.projection_id
+        having pg_catalog.count(*) > v_min
+    ) as x;
+    foreach v_proj in array coalesce(v_projs, '{}') loop
+        v_name := pg_catalog.format('x_turn_key_vector_hnsw_m%s_p%s', p_model_id, v_proj);
+        continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
+        execute pg_catalog.format(
+            'create index %I on donto.x_turn_key_vector using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) '
+            'where model_id = %s and projection_id = %s',
+            v_name, v_dim, p_model_id, v_proj);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto._ensure_key_indexes(integer) is
+'Create the HNSW (cosine) index of each recall projection above donto.recall_exact_max() key '
+'vectors of one model, if missing; returns how many were created.';
+
 create or replace function donto.ingest_turn_key_embeddings(
     p_model_id integer, p_ids bigint[], p_vectors text[]
 )
@@ -6533,8 +6704,8 @@ as $$
 /*
 Store vectors (pgvector text, one per id) of recall keys P_IDS (donto.x_turn_key)
 for model P_MODEL_ID, as donto-pg embed computed them. Existing vectors are
-kept; an id that is not a key, a wrong dimension or unequal array lengths are
-refused. Returns the rows added.
+kept; an id that is not a key (null included), a null vector, a wrong dimension
+or unequal array lengths are refused. Returns the rows added.
 */
 declare
     v_dim integer;
@@ -6557,9 +6728,11 @@ begin
     where u.v is null or vector_dims(u.v::vector) <> v_dim
           or not exists (select 1 from donto.x_turn_key as x where x.key_id = u.id)
     limit 1;
-    if v_bad is not null then
+    -- FOUND, not v_bad: a null id is no key either
+    if found then
         raise exception 'donto.ingest_turn_key_embeddings: % is not a recall key or its vector '
-            'does not have % dimensions', v_bad, v_dim using errcode = '22023';
+            'does not have % dimensions', coalesce(v_bad::text, 'null'), v_dim
+            using errcode = '22023';
     end if;
     insert into donto.x_turn_key_vector (key_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
@@ -6592,8 +6765,11 @@ P_EMBEDDING (P_VECTOR) and by the lexical arm's BM25-like score over the keys
 (P_LEXICAL: idf over the context's keys x saturating ts_rank, the scaffolding
 lexemes weighed down as in donto._recall_lexical); the top P_POOL of each, each
 mapped to the chunk of its projection that holds the turn's header (known at
-P_AS_OF, not superseded by then). Returns one row per chunk with its best
-rank in each key arm (null: not ranked by it).
+P_AS_OF, not superseded by then; a key whose chunk was retracted by then is left
+out). The key vector arm reads the projection's own HNSW index when the context has
+one projection and donto._ensure_key_indexes gave it one, else it scans the
+projections' key vectors exactly. Returns one row per chunk with its best rank in
+each key arm (null: not ranked by it).
 */
 #variable_conflict use_column
 declare
@@ -6606,6 +6782,8 @@ declare
     v_projs bigint[];
     v_tqs tsquery[];
     v_tws double precision[];
+    v_dim integer;
+    v_kv_ids bigint[];
 begin
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
@@ -6622,23 +6800,52 @@ begin
               from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
         ) as q;
     end if;
+    -- The key vector arm first, into an array of key ids in rank order: through the
+    -- projection's own HNSW index when the context has one projection and it has one
+    -- (donto._ensure_key_indexes; the ids inlined, so that the planner can use the
+    -- partial index), else by an exact scan of the projections' key vectors.
+    if p_vector and p_embedding is not null then
+        select m.dimension into v_dim from donto.embedding_model as m
+        where m.model_id = p_model_id;
+        if pg_catalog.cardinality(v_projs) = 1 and pg_catalog.to_regclass(pg_catalog.format(
+                'donto.x_turn_key_vector_hnsw_m%s_p%s', p_model_id, v_projs[1])) is not null then
+            perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
+            execute pg_catalog.format($q$
+                select pg_catalog.array_agg(x.key_id order by x.d, x.key_id)
+                from (
+                    select v.key_id, (v.embedding::vector(%1$s)) <=> $1 as d
+                    from donto.x_turn_key_vector as v
+                    inner join donto.x_turn_key as k on v.key_id = k.key_id
+                    where v.model_id = %2$s and v.projection_id = %3$s
+                          and ($2::timestamptz is null or k.created_at <= $2)
+                    order by (v.embedding::vector(%1$s)) <=> $1
+                    limit $3
+                ) as x $q$, v_dim, p_model_id, v_projs[1])
+            into v_kv_ids
+            using p_embedding, p_as_of, p_pool;
+        else
+            select pg_catalog.array_agg(x.key_id order by x.d, x.key_id) into v_kv_ids
+            from (
+                select v.key_id, v.embedding <=> p_embedding as d
+                from donto.x_turn_key_vector as v
+                inner join donto.x_turn_key as k on v.key_id = k.key_id
+                where v.model_id = p_model_id and v.projection_id = any(v_projs)
+                      and (p_as_of is null or k.created_at <= p_as_of)
+                order by v.embedding <=> p_embedding, v.key_id
+                limit p_pool
+            ) as x;
+        end if;
+    end if;
     return query
     with keys as materialized (
+        -- (the lexical key arm's keys: read only when it is asked for)
         select k.key_id, k.projection_id, k.header_start, k.key_tsv
         from donto.x_turn_key as k
-        where k.projection_id = any(v_projs) and (p_as_of is null or k.created_at <= p_as_of)
+        where p_lexical and v_tqs is not null
+              and k.projection_id = any(v_projs) and (p_as_of is null or k.created_at <= p_as_of)
     ),
     kv as (
-        select x.key_id, pg_catalog.row_number() over (order by x.d, x.key_id) as r
-        from (
-            select v.key_id, v.embedding <=> p_embedding as d
-            from keys as k
-            inner join donto.x_turn_key_vector as v
-                on k.key_id = v.key_id and v.model_id = p_model_id
-            where p_vector and p_embedding is not null
-            order by v.embedding <=> p_embedding, v.key_id
-            limit p_pool
-        ) as x
+        select u.key_id, u.r from unnest(v_kv_ids) with ordinality as u (key_id, r)
     ),
     n as (
         select pg_catalog.count(*)::float8 as n from keys
@@ -6683,6 +6890,11 @@ begin
         order by m.char_start desc, m.statement_id desc
         limit 1
     ) as hm
+    -- A retracted chunk stands for nothing (by then).
+    where not exists (
+        select 1 from donto.retraction as rt
+        where rt.statement_id = hm.statement_id
+              and (p_as_of is null or rt.tx_from <= p_as_of))
     group by hm.statement_id;
 end;
 $$;
@@ -6707,6 +6919,8 @@ comment on column donto.x_turn_key.key_tsv is
 'Full-text vector (english) of key_text, for the lexical key arm.';
 comment on column donto.x_turn_key_vector.key_id is 'The recall key (donto.x_turn_key).';
 comment on column donto.x_turn_key_vector.embedding is 'The key text''s vector for the model.';
+comment on column donto.x_turn_key_vector.projection_id is
+'The key''s projection (set from donto.x_turn_key on insert): one conversation''s key vectors.';
 
 
 -- sql/090-roles.sql
@@ -7582,6 +7796,11 @@ comment on column donto.embedding_cache.sha256 is
 'SHA-256 of the embedded text (a recall chunk''s text, an A/B unit''s span text).';
 comment on column donto.embedding_cache.embedding is
 'The vector the model gave that text: identical text is never embedded twice.';
+
+-- internal helpers
+comment on function donto._session_owns_schema() is
+'Whether the session''s login role (session_user) is a member of the owner of schema donto: '
+'the owner''s own session settings count as they are, a writer''s may only raise a bound.';
 
 
 -- sql/098-dump.sql

@@ -297,6 +297,26 @@ drop trigger if exists embedding_context on donto.embedding;
 create trigger embedding_context before insert on donto.embedding
 for each row execute function donto._embedding_context();
 
+create or replace function donto._session_owns_schema()
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether the login role of this session (session_user, which neither SET ROLE nor a
+security definer changes) is a member of the owner of schema donto (a superuser is a
+member of every role). The definers that let the owner's session settings count as they
+are (donto._index_exact_max, donto._ensure_lexical_indexes) ask this, so that a writer's
+SET or PGOPTIONS cannot lower their bounds.
+*/
+    select pg_catalog.pg_has_role(
+        session_user,
+        (select n.nspowner from pg_catalog.pg_namespace as n where n.nspname = 'donto'),
+        'MEMBER'
+    );
+$$;
+
 create or replace function donto._index_exact_max()
 returns bigint
 language plpgsql
@@ -316,9 +336,7 @@ declare
     v_set bigint := donto.recall_exact_max();
     v_conf text;
 begin
-    if pg_catalog.pg_has_role(
-        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
-                       where n.nspname = 'donto'), 'MEMBER') then
+    if donto._session_owns_schema() then
         return v_set;
     end if;
     select pg_catalog.split_part(c.item, '=', 2) into v_conf
@@ -371,9 +389,7 @@ declare
     v_name text;
     v_n integer := 0;
 begin
-    if not pg_catalog.pg_has_role(
-        session_user, (select n.nspowner from pg_catalog.pg_namespace as n
-                       where n.nspname = 'donto'), 'MEMBER') then
+    if not donto._session_owns_schema() then
         v_min := greatest(v_min, donto._index_exact_max());
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2065, 0);
@@ -418,7 +434,9 @@ more than donto._index_exact_max() of its vectors (the session's
 donto.recall_exact_max only for the owner; another caller may raise the bound, never
 lower it below the configured one): one partial index per context
 (embedding_hnsw_m<model>_c<context>), so that recall in that context reads that
-index alone, whatever else is stored; smaller contexts are scanned exactly.
+index alone, whatever else is stored; smaller contexts are scanned exactly. Then
+the same for the recall keys' vectors of large projections (donto._ensure_key_indexes)
+and the full-text indexes of large contexts (donto._ensure_lexical_indexes).
 Returns how many indexes were created (a second call creates none). Index names
 and bounds are built from the model's and contexts' id numbers only.
 */
@@ -452,7 +470,7 @@ begin
             v_name, v_dim, p_model_id, v_ctx);
         v_n := v_n + 1;
     end loop;
-    return v_n + donto._ensure_lexical_indexes();
+    return v_n + donto._ensure_key_indexes(p_model_id) + donto._ensure_lexical_indexes();
 end;
 $$;
 
@@ -944,6 +962,15 @@ declare
     v_span int8range;
     v_clash boolean;
     v_hit donto.recall_hit;
+    v_vec_ids bigint[];
+    v_lex_ids bigint[];
+    v_key_ids bigint[];
+    v_key_vrs bigint[];
+    v_key_lrs bigint[];
+    v_key_vec boolean;
+    v_key_lex boolean;
+    v_fold boolean;
+    v_as_of timestamptz;
     r record;
 begin
     perform donto._check_query(query, 'donto.recall_by_vector', true);
@@ -1051,14 +1078,18 @@ begin
         inner join donto.projection as p on pe.projection_id = p.projection_id
         where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx));
 
-    for r in execute pg_catalog.format($q$
-        with vec as (
-            select c.statement_id, pg_catalog.row_number() over (order by c.d, c.statement_id) as r
+    -- The arms, each into an array of statement ids in rank order: only the
+    -- vector arm's statement is built per call (the context's and model's ids
+    -- inlined, so that the planner can use the context's own HNSW index); the
+    -- fusion below is static SQL, planned once per session.
+    if arms <> 'lexical' and v_w_vec <> 0 then
+        execute pg_catalog.format($q$
+            select pg_catalog.array_agg(c.statement_id order by c.d, c.statement_id)
             from (
                 select e.statement_id, (e.embedding::vector(%1$s)) <=> $1 as d
                 from donto.embedding as e
                 inner join donto.statement as s on e.statement_id = s.statement_id
-                where $5 and $12 <> 0 and e.model_id = %3$s %4$s
+                where e.model_id = %3$s %4$s
                       and ($2::bigint is null or s.context_id = $2)
                       and s.predicate = 'mem:episodic/chunk'
                       and ($3::timestamptz is null or s.tx_from <= $3)
@@ -1068,33 +1099,54 @@ begin
                                 and ($3::timestamptz is null or rt.tx_from <= $3))
                 order by ((e.embedding::vector(%1$s)) <=> $1) %2$s
                 limit $4
-            ) as c
-        ),
-        lex as (
-            select l.statement_id,
-                   pg_catalog.row_number() over (order by l.score desc, l.statement_id) as r
-            from (select * from donto._recall_lexical($6, $2, $3, $4) limit $4) as l
-            where $7 and $13 <> 0
-        ),
-        keys as (
-            -- The key arms (sql/087): user turns ranked on their own, as the chunks
-            -- holding them.
-            select kx.statement_id, kx.key_vector_rank as kvr, kx.key_lexical_rank as klr
-            from donto._recall_keys($1, $6, $2, $3, %3$s, $4, $5 and $10 <> 0, $7 and $11 <> 0)
-                as kx
-            where ($5 and $10 <> 0) or ($7 and $11 <> 0)
-        ),
-        cand as (
+            ) as c $q$,
+            v_dim,
+            -- "+ 0" hides the expression from the HNSW index: an exact scan.
+            case when v_exact then '+ 0' else '' end,
+            v_model,
+            -- The context's own vectors (its index, or embedding_context_idx).
+            case when v_ctx is not null and v_layout = 'context'
+                 then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
+        into v_vec_ids
+        using embedding, v_ctx, as_of, v_pool;
+    end if;
+    if arms <> 'vector' and query is not null and v_w_lex <> 0 then
+        select pg_catalog.array_agg(l.statement_id order by l.score desc, l.statement_id)
+        into v_lex_ids
+        from donto._recall_lexical(query, v_ctx, as_of, v_pool) as l;
+    end if;
+    -- The key arms (sql/087): user turns ranked on their own, as the chunks
+    -- holding them; not called when the context has no keys.
+    v_key_vec := arms <> 'lexical' and v_w_kvec <> 0;
+    v_key_lex := arms <> 'vector' and query is not null and v_w_klex <> 0;
+    if (v_key_vec or v_key_lex) and exists (
+        select 1 from donto.projection as p
+        where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx)
+              and exists (select 1 from donto.x_turn_key as tk
+                          where tk.projection_id = p.projection_id)) then
+        select pg_catalog.array_agg(kx.statement_id), pg_catalog.array_agg(kx.key_vector_rank),
+               pg_catalog.array_agg(kx.key_lexical_rank)
+        into v_key_ids, v_key_vrs, v_key_lrs
+        from donto._recall_keys(embedding, query, v_ctx, as_of, coalesce(v_model, 0), v_pool,
+                                v_key_vec, v_key_lex) as kx;
+    end if;
+    v_fold := v_unit = 'exchange';
+    v_as_of := as_of;
+
+    for r in
+        with cand as (
             select a.statement_id, pg_catalog.min(a.vr) as vr, pg_catalog.min(a.lr) as lr,
                    pg_catalog.min(a.kvr) as kvr, pg_catalog.min(a.klr) as klr
             from (
-                select v.statement_id, v.r as vr, null::bigint as lr, null::bigint as kvr,
+                select v.id as statement_id, v.r as vr, null::bigint as lr, null::bigint as kvr,
                        null::bigint as klr
-                from vec as v
+                from pg_catalog.unnest(v_vec_ids) with ordinality as v (id, r)
                 union all
-                select l.statement_id, null, l.r, null, null from lex as l
+                select l.id, null, l.r, null, null
+                from pg_catalog.unnest(v_lex_ids) with ordinality as l (id, r)
                 union all
-                select kk.statement_id, null, null, kk.kvr, kk.klr from keys as kk
+                select kk.id, null, null, kk.kvr, kk.klr
+                from unnest(v_key_ids, v_key_vrs, v_key_lrs) as kk (id, kvr, klr)
             ) as a
             group by a.statement_id
         ),
@@ -1111,7 +1163,7 @@ begin
             ) as m
             left join lateral (
                 select t.header_start from donto.turn as t
-                where $8 and t.revision_id = m.revision_id and t.role = 'user'
+                where v_fold and t.revision_id = m.revision_id and t.role = 'user'
                       and t.header_start < m.char_end
                 order by t.header_start desc
                 limit 1
@@ -1119,19 +1171,19 @@ begin
             left join lateral (
                 -- The chunk holding the user turn, in the same projection (whatever
                 -- revision it was cut from, when the conversation grew): known at
-                -- $3 and not superseded by then.
+                -- v_as_of and not superseded by then.
                 select hm.statement_id from donto.x_memory_record as hm
                 where hm.projection_id = m.projection_id
                       and hm.char_start <= ut.header_start
-                      and ($3::timestamptz is null
+                      and (v_as_of is null
                            or exists (select 1 from donto.statement as hs1
                                       where hs1.statement_id = hm.statement_id
-                                            and hs1.tx_from <= $3))
-                      -- ($14: some projection searched grew; else nothing is superseded)
-                      and (not $14 or not exists (
+                                            and hs1.tx_from <= v_as_of))
+                      -- (v_grown: some projection searched grew; else nothing is superseded)
+                      and (not v_grown or not exists (
                           select 1 from donto.projection_extension as pe
                           where pe.superseded_statement_id = hm.statement_id
-                                and ($3::timestamptz is null or pe.created_at <= $3)))
+                                and (v_as_of is null or pe.created_at <= v_as_of)))
                 order by hm.char_start desc, hm.statement_id desc
                 limit 1
             ) as hm on true
@@ -1141,8 +1193,16 @@ begin
                 where not exists (
                     select 1 from donto.retraction as rt
                     where rt.statement_id = hm.statement_id
-                          and ($3::timestamptz is null or rt.tx_from <= $3))
+                          and (v_as_of is null or rt.tx_from <= v_as_of))
             ) as hs on true
+            where c.vr is not null or c.lr is not null
+            union all
+            -- A candidate of the key arms alone is already the chunk holding a user
+            -- turn's header (known then, not superseded, not retracted: sql/087), so
+            -- it is its own exchange.
+            select c.statement_id, c.vr, c.lr, c.kvr, c.klr
+            from cand as c
+            where c.vr is null and c.lr is null
         ),
         units as (
             select f.unit_id, pg_catalog.min(f.vr) as vr, pg_catalog.min(f.lr) as lr,
@@ -1170,26 +1230,33 @@ begin
                 t.tier, t.unit_id,
                 least(t.vr, t.kvr) as vr,
                 least(t.lr, t.klr) as lr,
-                (coalesce($12 / ($9 + t.vr), 0)
-                 + coalesce($13 / ($9 + t.lr), 0)
-                 + coalesce($10 / ($9 + t.kvr), 0)
-                 + coalesce($11 / ($9 + t.klr), 0))::float8 as score
+                (coalesce(v_w_vec / (v_rrf_k + t.vr), 0)
+                 + coalesce(v_w_lex / (v_rrf_k + t.lr), 0)
+                 + coalesce(v_w_kvec / (v_rrf_k + t.kvr), 0)
+                 + coalesce(v_w_klex / (v_rrf_k + t.klr), 0))::float8 as score
             from (
                 select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr, ranked.kvr, ranked.klr
                 from ranked
                 union all
                 select 1 as tier, cand.statement_id, cand.vr, cand.lr, cand.kvr, cand.klr
-                from cand where $8
+                from cand where v_fold
             ) as t
         )
-        -- Tier by tier, each sorted on its own: the loop below reads rows until it has
-        -- k, so tier 1 is sorted (and its statements read) only when tier 0 fell short.
-        -- (UNION ALL returns its branches in order: Append reads them one after another.)
-        (select
+        -- Sorted by tier and score first, without the statements; the statements are
+        -- read, and ties in the score broken, as the loop below reads rows (an
+        -- incremental sort, one group of equal scores at a time): the loop stops at k
+        -- rows, so most units' statements are never read, and tier 1 only when tier 0
+        -- fell short.
+        select
             s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
             s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
             q.vr::integer as vr, q.lr::integer as lr
-        from tiers as q
+        from (
+            select t.tier, t.unit_id, t.score, t.vr, t.lr,
+                   pg_catalog.round(t.score::numeric, 9) as rounded
+            from tiers as t
+            order by t.tier, pg_catalog.round(t.score::numeric, 9) desc
+        ) as q
         cross join lateral (
             select
                 s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
@@ -1197,38 +1264,8 @@ begin
             from donto.statement as s0 where s0.statement_id = q.unit_id
             limit 1
         ) as s
-        where q.tier = 0
-        order by pg_catalog.round(q.score::numeric, 9) desc,
-                 pg_catalog.upper(s.valid_time) desc nulls last,
-                 s.statement_id desc)
-        union all
-        (select
-            s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
-            s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
-            q.vr::integer as vr, q.lr::integer as lr
-        from tiers as q
-        cross join lateral (
-            select
-                s0.statement_id, s0.derived_from_revision, s0.char_start, s0.char_end,
-                s0.object_lit, s0.valid_time
-            from donto.statement as s0 where s0.statement_id = q.unit_id
-            limit 1
-        ) as s
-        where q.tier = 1
-        order by pg_catalog.round(q.score::numeric, 9) desc,
-                 pg_catalog.upper(s.valid_time) desc nulls last,
-                 s.statement_id desc)
-        $q$,
-        coalesce(v_dim, 1),
-        -- "+ 0" hides the expression from the HNSW index: an exact scan.
-        case when v_exact then '+ 0' else '' end,
-        coalesce(v_model, 0),
-        -- The context's own vectors (its index, or embedding_context_idx).
-        case when v_ctx is not null and v_layout = 'context'
-             then pg_catalog.format('and e.context_id = %s', v_ctx) else '' end)
-    using embedding, v_ctx, as_of, v_pool, arms <> 'lexical', query,
-          arms <> 'vector' and query is not null, v_unit = 'exchange', v_rrf_k,
-          v_w_kvec, v_w_klex, v_w_vec, v_w_lex, v_grown
+        order by q.tier, q.rounded desc, pg_catalog.upper(s.valid_time) desc nulls last,
+                 s.statement_id desc
     loop
         -- Leave out a chunk that overlaps a better one of the same revision.
         v_span := pg_catalog.int8range(r.char_start, r.char_end);

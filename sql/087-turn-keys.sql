@@ -73,6 +73,87 @@ comment on function donto.project_turn_keys(bigint) is
 'Recall keys: one row per user turn of each recall projection of a revision (its text and '
 'full-text vector, anchored by char span); idempotent, append-only; returns the keys added.';
 
+create or replace function donto._turn_key_vector_projection()
+returns trigger
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Trigger body (before insert on donto.x_turn_key_vector): a key vector's
+projection is its key's projection, whatever the inserter wrote, so that recall
+can search one conversation's key vectors alone (donto._recall_keys).
+*/
+begin
+    select k.projection_id into new.projection_id
+    from donto.x_turn_key as k where k.key_id = new.key_id;
+    return new;
+end;
+$$;
+
+comment on function donto._turn_key_vector_projection() is
+'Trigger function: donto.x_turn_key_vector.projection_id is the projection of the vector''s key.';
+
+drop trigger if exists turn_key_vector_projection on donto.x_turn_key_vector;
+create trigger turn_key_vector_projection before insert on donto.x_turn_key_vector
+for each row execute function donto._turn_key_vector_projection();
+
+create or replace function donto._ensure_key_indexes(p_model_id integer)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Create the missing HNSW cosine indexes of one model's recall-key vectors for the
+projections holding more than donto._index_exact_max() of them (the bound of
+donto.ensure_context_indexes, which calls this): one partial index per
+projection (x_turn_key_vector_hnsw_m<model>_p<projection>), so that the key arm
+of a large conversation reads that index alone; smaller ones are scanned
+exactly. Returns how many were created. Index names and bounds are built from
+id numbers only.
+*/
+declare
+    v_dim integer;
+    v_min bigint := donto._index_exact_max();
+    v_projs bigint[];
+    v_proj bigint;
+    v_name text;
+    v_n integer := 0;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(2086, p_model_id);
+    -- The projections first (no scan of the table may be open during CREATE INDEX).
+    select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
+    from (
+        select v.projection_id from donto.x_turn_key_vector as v
+        where v.model_id = p_model_id
+        group by v.projection_id
+        having pg_catalog.count(*) > v_min
+    ) as x;
+    foreach v_proj in array coalesce(v_projs, '{}') loop
+        v_name := pg_catalog.format('x_turn_key_vector_hnsw_m%s_p%s', p_model_id, v_proj);
+        continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
+        execute pg_catalog.format(
+            'create index %I on donto.x_turn_key_vector using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) '
+            'where model_id = %s and projection_id = %s',
+            v_name, v_dim, p_model_id, v_proj);
+        v_n := v_n + 1;
+    end loop;
+    return v_n;
+end;
+$$;
+
+comment on function donto._ensure_key_indexes(integer) is
+'Create the HNSW (cosine) index of each recall projection above donto.recall_exact_max() key '
+'vectors of one model, if missing; returns how many were created.';
+
 create or replace function donto.ingest_turn_key_embeddings(
     p_model_id integer, p_ids bigint[], p_vectors text[]
 )
@@ -85,8 +166,8 @@ as $$
 /*
 Store vectors (pgvector text, one per id) of recall keys P_IDS (donto.x_turn_key)
 for model P_MODEL_ID, as donto-pg embed computed them. Existing vectors are
-kept; an id that is not a key, a wrong dimension or unequal array lengths are
-refused. Returns the rows added.
+kept; an id that is not a key (null included), a null vector, a wrong dimension
+or unequal array lengths are refused. Returns the rows added.
 */
 declare
     v_dim integer;
@@ -109,9 +190,11 @@ begin
     where u.v is null or vector_dims(u.v::vector) <> v_dim
           or not exists (select 1 from donto.x_turn_key as x where x.key_id = u.id)
     limit 1;
-    if v_bad is not null then
+    -- FOUND, not v_bad: a null id is no key either
+    if found then
         raise exception 'donto.ingest_turn_key_embeddings: % is not a recall key or its vector '
-            'does not have % dimensions', v_bad, v_dim using errcode = '22023';
+            'does not have % dimensions', coalesce(v_bad::text, 'null'), v_dim
+            using errcode = '22023';
     end if;
     insert into donto.x_turn_key_vector (key_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
@@ -144,8 +227,11 @@ P_EMBEDDING (P_VECTOR) and by the lexical arm's BM25-like score over the keys
 (P_LEXICAL: idf over the context's keys x saturating ts_rank, the scaffolding
 lexemes weighed down as in donto._recall_lexical); the top P_POOL of each, each
 mapped to the chunk of its projection that holds the turn's header (known at
-P_AS_OF, not superseded by then). Returns one row per chunk with its best
-rank in each key arm (null: not ranked by it).
+P_AS_OF, not superseded by then; a key whose chunk was retracted by then is left
+out). The key vector arm reads the projection's own HNSW index when the context has
+one projection and donto._ensure_key_indexes gave it one, else it scans the
+projections' key vectors exactly. Returns one row per chunk with its best rank in
+each key arm (null: not ranked by it).
 */
 #variable_conflict use_column
 declare
@@ -158,6 +244,8 @@ declare
     v_projs bigint[];
     v_tqs tsquery[];
     v_tws double precision[];
+    v_dim integer;
+    v_kv_ids bigint[];
 begin
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
@@ -174,23 +262,52 @@ begin
               from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
         ) as q;
     end if;
+    -- The key vector arm first, into an array of key ids in rank order: through the
+    -- projection's own HNSW index when the context has one projection and it has one
+    -- (donto._ensure_key_indexes; the ids inlined, so that the planner can use the
+    -- partial index), else by an exact scan of the projections' key vectors.
+    if p_vector and p_embedding is not null then
+        select m.dimension into v_dim from donto.embedding_model as m
+        where m.model_id = p_model_id;
+        if pg_catalog.cardinality(v_projs) = 1 and pg_catalog.to_regclass(pg_catalog.format(
+                'donto.x_turn_key_vector_hnsw_m%s_p%s', p_model_id, v_projs[1])) is not null then
+            perform pg_catalog.set_config('hnsw.iterative_scan', 'relaxed_order', true);
+            execute pg_catalog.format($q$
+                select pg_catalog.array_agg(x.key_id order by x.d, x.key_id)
+                from (
+                    select v.key_id, (v.embedding::vector(%1$s)) <=> $1 as d
+                    from donto.x_turn_key_vector as v
+                    inner join donto.x_turn_key as k on v.key_id = k.key_id
+                    where v.model_id = %2$s and v.projection_id = %3$s
+                          and ($2::timestamptz is null or k.created_at <= $2)
+                    order by (v.embedding::vector(%1$s)) <=> $1
+                    limit $3
+                ) as x $q$, v_dim, p_model_id, v_projs[1])
+            into v_kv_ids
+            using p_embedding, p_as_of, p_pool;
+        else
+            select pg_catalog.array_agg(x.key_id order by x.d, x.key_id) into v_kv_ids
+            from (
+                select v.key_id, v.embedding <=> p_embedding as d
+                from donto.x_turn_key_vector as v
+                inner join donto.x_turn_key as k on v.key_id = k.key_id
+                where v.model_id = p_model_id and v.projection_id = any(v_projs)
+                      and (p_as_of is null or k.created_at <= p_as_of)
+                order by v.embedding <=> p_embedding, v.key_id
+                limit p_pool
+            ) as x;
+        end if;
+    end if;
     return query
     with keys as materialized (
+        -- (the lexical key arm's keys: read only when it is asked for)
         select k.key_id, k.projection_id, k.header_start, k.key_tsv
         from donto.x_turn_key as k
-        where k.projection_id = any(v_projs) and (p_as_of is null or k.created_at <= p_as_of)
+        where p_lexical and v_tqs is not null
+              and k.projection_id = any(v_projs) and (p_as_of is null or k.created_at <= p_as_of)
     ),
     kv as (
-        select x.key_id, pg_catalog.row_number() over (order by x.d, x.key_id) as r
-        from (
-            select v.key_id, v.embedding <=> p_embedding as d
-            from keys as k
-            inner join donto.x_turn_key_vector as v
-                on k.key_id = v.key_id and v.model_id = p_model_id
-            where p_vector and p_embedding is not null
-            order by v.embedding <=> p_embedding, v.key_id
-            limit p_pool
-        ) as x
+        select u.key_id, u.r from unnest(v_kv_ids) with ordinality as u (key_id, r)
     ),
     n as (
         select pg_catalog.count(*)::float8 as n from keys
@@ -235,6 +352,11 @@ begin
         order by m.char_start desc, m.statement_id desc
         limit 1
     ) as hm
+    -- A retracted chunk stands for nothing (by then).
+    where not exists (
+        select 1 from donto.retraction as rt
+        where rt.statement_id = hm.statement_id
+              and (p_as_of is null or rt.tx_from <= p_as_of))
     group by hm.statement_id;
 end;
 $$;
@@ -259,3 +381,5 @@ comment on column donto.x_turn_key.key_tsv is
 'Full-text vector (english) of key_text, for the lexical key arm.';
 comment on column donto.x_turn_key_vector.key_id is 'The recall key (donto.x_turn_key).';
 comment on column donto.x_turn_key_vector.embedding is 'The key text''s vector for the model.';
+comment on column donto.x_turn_key_vector.projection_id is
+'The key''s projection (set from donto.x_turn_key on insert): one conversation''s key vectors.';

@@ -686,3 +686,8 @@ comment on column donto.embedding_cache.sha256 is
 'SHA-256 of the embedded text (a recall chunk''s text, an A/B unit''s span text).';
 comment on column donto.embedding_cache.embedding is
 'The vector the model gave that text: identical text is never embedded twice.';
+
+-- internal helpers
+comment on function donto._session_owns_schema() is
+'Whether the session''s login role (session_user) is a member of the owner of schema donto: '
+'the owner''s own session settings count as they are, a writer''s may only raise a bound.';
