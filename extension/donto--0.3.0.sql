@@ -6461,9 +6461,10 @@ reads as an instruction, a preference or a constraint becomes a statement
 key}, char span of the sentence in the revision, so that substring(body from
 char_start + 1 for char_end - char_start) is its exact text) with a
 donto.x_standing row. Valid time: from the date of its turn; it ends where a
-later statement of the same kind and subject key (the knowledge-update rule)
-takes over, on the later one's date (a one-day range when both share a date),
-and is open otherwise. CONTEXT defaults to donto.standing_context_iri of the
+later statement of the same kind and subject key that asks for the same thing
+(the knowledge-update rule, donto._standing_supersedes) takes over, on the
+later one's date (a one-day range when both share a date), and is open
+otherwise. CONTEXT defaults to donto.standing_context_iri of the
 document. Idempotent: a second call returns the existing count.
 */
 declare
@@ -6495,15 +6496,26 @@ begin
     values (rev_id, 'standing', 'rules-v1', '{}'::jsonb, v_ctx)
     returning projection_id into v_proj;
 
-    with d as (
+    with d1 as (
+        select d0.* from donto._standing_detect(rev_id) as d0
+    ),
+    d as (
         select
-            d0.*,
-            pg_catalog.lead(d0.said_on) over w as next_on,
-            pg_catalog.lead(d0.ord) over w as next_ord,
+            d2.*,
+            nx.said_on as next_on,
+            nx.ord as next_ord,
             pg_catalog.nextval(pg_catalog.pg_get_serial_sequence(
                 'donto.statement', 'statement_id')) as sid
-        from donto._standing_detect(rev_id) as d0
-        window w as (partition by d0.kind, d0.subject_key order by d0.ord)
+        from d1 as d2
+        -- the first later statement that takes over (donto._standing_supersedes)
+        left join lateral (
+            select l.said_on, l.ord from d1 as l
+            where l.kind = d2.kind and l.subject_key = d2.subject_key and l.ord > d2.ord
+                  and donto._standing_supersedes(l.statement_text, d2.statement_text,
+                                                 d2.subject_key)
+            order by l.ord
+            limit 1
+        ) as nx on true
     ),
     s as (
         insert into donto.statement (
@@ -6768,6 +6780,66 @@ comment on function donto._standing_revisions(bigint) is
 'Revisions projected into a context (recall, extraction or standing): whose standing '
 'statements belong to it.';
 
+create or replace function donto._standing_supersedes(
+    p_later text, p_earlier text, p_subject text
+)
+returns boolean
+language sql
+immutable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Does standing statement P_LATER take over from P_EARLIER, both of one kind and
+subject key P_SUBJECT? Each asks for its directive words: its English
+full-text lexemes (words, not numbers) outside the subject key (a lexeme and a
+key stem match when either is a prefix of the other, 3 letters or more, or
+when they share their first 5: "qualiti" / "quality") and
+outside the words that say how
+to answer without saying what ("always", "include", "specify", "exact",
+"confirm", ...). Yes when they share one ("use metric units" / "use imperial
+units" when I ask about recipes: "unit") or when either has none (a
+statement that is all subject); no when they ask for different things about
+one subject ("include ticket prices" / "include specific locations" when I
+ask about social events): then both stay in force.
+*/
+    with d as (
+        select
+            pg_catalog.array_remove(array(
+                select w from pg_catalog.unnest(pg_catalog.tsvector_to_array(
+                    pg_catalog.to_tsvector('pg_catalog.english'::pg_catalog.regconfig, x.t)
+                )) as w
+                where w operator(pg_catalog.~) '^[a-z]'
+                      -- not a subject word (the key's stems are not Snowball's:
+                      -- "plann" / "plan", "pric" / "price": either is a prefix)
+                      and not exists (
+                          select 1
+                          from pg_catalog.unnest(pg_catalog.string_to_array(
+                              coalesce(p_subject, ''), ' ')) as sk
+                          where sk = w
+                                or (pg_catalog.length(sk) >= 3 and pg_catalog.length(w) >= 3
+                                    and (pg_catalog.starts_with(w, sk)
+                                         or pg_catalog.starts_with(sk, w)))
+                                or (pg_catalog.length(sk) >= 5 and pg_catalog.length(w) >= 5
+                                    and pg_catalog.left(sk, 5) = pg_catalog.left(w, 5)))
+                      and w <> all('{add,also,alway,never,answer,ask,clear,confirm,detail,everi,
+                          each,exact,forward,futur,give,go,includ,inform,keep,like,list,make,
+                          mention,need,note,pleas,prefer,provid,rather,realli,rememb,repli,
+                          report,request,respond,show,specif,specifi,state,sure,tell,time,use,
+                          want,whenev,would}'::text[])
+            ), null) as w,
+            x.o
+        from (values (p_later, 1), (p_earlier, 2)) as x (t, o)
+    )
+    select pg_catalog.cardinality(a.w) = 0 or pg_catalog.cardinality(b.w) = 0 or a.w && b.w
+    from d as a, d as b
+    where a.o = 1 and b.o = 2;
+$$;
+
+comment on function donto._standing_supersedes(text, text, text) is
+'Whether a later standing statement of the same kind and subject key takes over from an '
+'earlier one: they ask for the same thing (shared directive words), or either asks nothing more.';
+
 create or replace function donto._standing(p_context_id bigint, p_as_of timestamptz)
 returns table (
     statement_id bigint, revision_id bigint, kind text, subject_key text,
@@ -6815,6 +6887,7 @@ as $$
              where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
                    and (l.said_on, l.revision_id, l.char_start)
                    > (v.said_on, v.revision_id, v.char_start)
+                   and donto._standing_supersedes(l.txt, v.txt, v.subject_key)
              order by l.said_on, l.revision_id, l.char_start
              limit 1),
             -- the same words found twice (the rules and an LLM run, or two runs): the
@@ -6833,7 +6906,8 @@ $$;
 
 comment on function donto._standing(bigint, timestamptz) is
 'Standing statements of a context id as of a time, with the statement that supersedes each '
-'(a later one of the same kind and subject key; for an LLM statement also one found earlier '
+'(a later one of the same kind and subject key asking for the same thing; for an LLM '
+'statement also one found earlier '
 'for the same words).';
 
 create or replace function donto.standing(context text default null, as_of timestamptz default null)
@@ -6855,8 +6929,11 @@ x_standing.detector rules-v1) or by an LLM extraction run (standing claims,
 donto._standing_from_claims, llm-v1), as the database knew them at AS_OF
 (recorded by then, not retracted by then, nor the claim an LLM one was made
 from), in the order they were said. SUPERSEDED_BY is the first later
-statement of the same kind and subject key among those (the knowledge-update
-rule; for an LLM statement, else one found earlier for the same words), null
+statement of the same kind and subject key among those that asks for the same
+thing (the knowledge-update rule, donto._standing_supersedes: "use imperial
+units" takes over from "use metric units" when I ask about recipes, "include
+ticket prices" leaves "include locations" when I ask about social events in
+force; for an LLM statement, else one found earlier for the same words), null
 for a statement still in force:
     select statement_text from donto.standing('ctx:memory/episodic/beam/100K/1')
     where superseded_by is null;

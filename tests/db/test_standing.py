@@ -96,6 +96,33 @@ def test_a_later_instruction_on_the_same_subject_supersedes(db, tmp_path) -> Non
     assert str(rows[IMPERIAL][5].upper) == "None"
 
 
+LOCATIONS = "Always include specific locations when I ask about social events."
+TICKETS = "Always include ticket prices when I ask about social events."
+VENUES = "Always give the exact location of the venue when I ask about social events."
+
+
+def test_instructions_asking_for_different_things_on_one_subject_both_stay(db, tmp_path) -> None:
+    batches = [_batch(1, "March-1-2024", [f"{LOCATIONS} Any concerts? ->-> 1,1"], 0),
+               _batch(2, "March-9-2024", [f"{TICKETS} Any festivals? ->-> 2,1"], 2),
+               _batch(3, "March-20-2024", [f"{VENUES} Any plays? ->-> 3,1"], 4)]
+    _load(db, tmp_path, batches)
+    rows = {r[3]: r for r in _standing(db)}
+    subjects = {r[0] for r in db.execute(
+        "select x.subject_key from donto.x_standing as x").fetchall()}
+    assert subjects == {"event social"}  # one subject ...
+    # ... but the ticket prices do not replace the locations; a later rule about the
+    # location (the venue's) does, and ends its valid time on its own date.
+    assert rows[LOCATIONS][4] == rows[VENUES][0]
+    assert rows[TICKETS][4] is None and rows[VENUES][4] is None
+    assert str(rows[LOCATIONS][5].upper) == "2024-03-20"
+    assert rows[TICKETS][5].upper is None
+    assert db.execute("select donto._standing_supersedes(%s, %s, 'event social'), "
+                      "donto._standing_supersedes(%s, %s, 'event social'), "
+                      "donto._standing_supersedes(%s, %s, 'recip')",
+                      (TICKETS, LOCATIONS, VENUES, LOCATIONS, IMPERIAL, METRIC)).fetchone() \
+        == (False, True, True)
+
+
 def test_as_of_sees_what_was_in_force_then(db, tmp_path) -> None:
     rev1 = _load(db, tmp_path / "v1", [SESSION1])
     t1 = db.execute("select clock_timestamp()").fetchone()[0]
@@ -288,3 +315,4 @@ def test_standing_statements_come_once_after_append_turns(db, tmp_path) -> None:
     assert len(_standing(db)) == 3  # rev1's statements are covered by rev2's
     # as of before the append: the old revision's statements, once each
     assert _recall_standing(db, q, as_of=t0) == before
+
