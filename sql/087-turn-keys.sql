@@ -108,8 +108,10 @@ set search_path to pg_catalog, public, pg_temp
 as $$
 /*
 Create the missing HNSW cosine indexes of one model's recall-key vectors for the
-projections holding more than donto._index_exact_max() of them (the bound of
-donto.ensure_context_indexes, which calls this): one partial index per
+projections holding more than a quarter of donto._index_exact_max() of them (2,500
+by default: an exact scan of 10,000 key vectors costs about 10 ms on two cores,
+BENCHMARKS.md; the bound of donto.ensure_context_indexes, which calls this, so a
+writer cannot lower it either): one partial index per
 projection (x_turn_key_vector_hnsw_m<model>_p<projection>), so that the key arm
 of a large conversation reads that index alone; smaller ones are scanned
 exactly. Returns how many were created. Index names and bounds are built from
@@ -117,7 +119,7 @@ id numbers only.
 */
 declare
     v_dim integer;
-    v_min bigint := donto._index_exact_max();
+    v_min bigint := donto._index_exact_max() / 4;
     v_projs bigint[];
     v_proj bigint;
     v_name text;
@@ -151,8 +153,8 @@ end;
 $$;
 
 comment on function donto._ensure_key_indexes(integer) is
-'Create the HNSW (cosine) index of each recall projection above donto.recall_exact_max() key '
-'vectors of one model, if missing; returns how many were created.';
+'Create the HNSW (cosine) index of each recall projection above a quarter of '
+'donto._index_exact_max() key vectors of one model, if missing; returns how many were created.';
 
 create or replace function donto.ingest_turn_key_embeddings(
     p_model_id integer, p_ids bigint[], p_vectors text[]
@@ -277,9 +279,10 @@ begin
                 from (
                     select v.key_id, (v.embedding::vector(%1$s)) <=> $1 as d
                     from donto.x_turn_key_vector as v
-                    inner join donto.x_turn_key as k on v.key_id = k.key_id
                     where v.model_id = %2$s and v.projection_id = %3$s
-                          and ($2::timestamptz is null or k.created_at <= $2)
+                          and ($2::timestamptz is null or exists (
+                              select 1 from donto.x_turn_key as k
+                              where k.key_id = v.key_id and k.created_at <= $2))
                     order by (v.embedding::vector(%1$s)) <=> $1
                     limit $3
                 ) as x $q$, v_dim, p_model_id, v_projs[1])
@@ -288,12 +291,15 @@ begin
         else
             select pg_catalog.array_agg(x.key_id order by x.d, x.key_id) into v_kv_ids
             from (
+                -- (the keys' own rows are read only for AS_OF: reading them for every
+                -- vector of a large conversation would cost twice the scan)
                 select v.key_id, v.embedding <=> p_embedding as d
                 from donto.x_turn_key_vector as v
-                inner join donto.x_turn_key as k on v.key_id = k.key_id
                 where v.model_id = p_model_id and v.projection_id = any(v_projs)
-                      and (p_as_of is null or k.created_at <= p_as_of)
-                order by v.embedding <=> p_embedding, v.key_id
+                      and (p_as_of is null or exists (
+                          select 1 from donto.x_turn_key as k
+                          where k.key_id = v.key_id and k.created_at <= p_as_of))
+                order by 2, 1
                 limit p_pool
             ) as x;
         end if;

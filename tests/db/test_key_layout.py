@@ -1,8 +1,9 @@
 """Recall keys' vector layout (migration 019): a large conversation's key vectors get an
 HNSW index of their own, and the key arm reads that index alone.
 
-Two conversations are loaded (one with more user turns than donto.recall_exact_max(),
-one with fewer) and their keys get random unit vectors of a small test model. The
+Two conversations are loaded (one with more user turns than a quarter of
+donto.recall_exact_max(), the bound of key indexes, one with fewer) and their keys get
+random unit vectors of a small test model. The
 trigger gives each vector its key's projection whatever the inserter wrote;
 donto.ensure_context_indexes builds one key index, for the large projection only, once;
 the key arm through it ranks the keys as the exact scan does; and an upgrade from 018
@@ -21,7 +22,7 @@ from donto_pg import loader, migrate
 from tests.conftest import write_chat
 
 DIM = 8
-EXACT_MAX = 100
+EXACT_MAX = 100  # key indexes above EXACT_MAX / 4 = 25 keys: 150 get one, 20 do not
 # ~1,000 characters per exchange: about one recall chunk per user turn
 PAD = "with a few words of padding so that the exchange fills a window. " * 5
 
