@@ -2074,8 +2074,8 @@ per-context access paths (the layout before migration 011, for comparison).
 POOL defaults to a share of the N searched chunks,
 ceil(donto.recall_pool_share x N) (default 0.05) bounded by
 donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
-the HNSW path donto.recall_pool_max_index, default 200, bounds it instead, for
-latency), and never to less than k. It does not depend on k otherwise, so the first k rows
+the HNSW path donto.recall_pool_max_index, default 100, bounds it instead, for
+latency: 200 measured no better, BENCHMARKS.md), and never to less than k. It does not depend on k otherwise, so the first k rows
 of a call with a larger k are the rows of the call with k (as long as k is at
 most the pool).
 
@@ -2131,7 +2131,7 @@ declare
     v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
     v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
     v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
-    v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '200')::integer;
+    v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '100')::integer;
     v_slots integer := donto._recall_setting('recall_standing_slots', '1')::integer;
     v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
     v_chunks integer := 0;
