@@ -967,6 +967,21 @@ comment on index donto.x_turn_key_vector_projection_idx is
 
 insert into donto.migration (name, sha256) values ('019-key-layout.sql', '9b6c60d3c4056fd19bbdc2779b8a65bf00f30e754d5bc0afb12f710864a25d28');
 
+-- migrations/020-projection-context-index.sql
+-- 020: the projections of one context, by index. Recall looks up the searched
+-- context's recall projections several times per call (its size, the lexical and
+-- key arms, whether it grew); without an index each lookup read every projection
+-- row, so recall's cost grew with the number of conversations stored (0.45 ms per
+-- lookup at 2,005 contexts), not with the searched one's size.
+
+create index projection_context_idx on donto.projection (context_id, kind);
+
+comment on index donto.projection_context_idx is
+'The projections of one context (recall''s per-call lookups of the searched context).';
+
+
+insert into donto.migration (name, sha256) values ('020-projection-context-index.sql', '23ddb65e33d0a66bea50627c9d79255a802f678dcadf500039ee76f0139e35d4');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =

@@ -302,3 +302,16 @@ def test_large_contexts_get_a_full_text_index_of_their_own(db):
     own = db.execute("select statement_id from donto.x_memory_record "
                      "where projection_id = %s", (projs["big"],)).fetchall()
     assert {r[0] for rows in before for r in rows} <= {r[0] for r in own}
+
+
+def test_a_context_s_projections_are_found_by_index(loaded):
+    """Recall looks up the searched context's projections on every call: by index
+    (migration 020), so that the lookup does not read every context's projections."""
+    db, _, contexts, _ = loaded
+    ctx = db.execute("select context_id from donto.context where iri = %s",
+                     (contexts["s3"][0],)).fetchone()[0]
+    db.execute("set enable_seqscan = off")
+    plan = db.execute("explain (format json) select p.projection_id from donto.projection p "
+                      "where p.kind = 'recall' and p.context_id = %s", (ctx,)).fetchone()[0]
+    db.rollback()
+    assert "projection_context_idx" in str(plan)
