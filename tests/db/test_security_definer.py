@@ -33,7 +33,7 @@ BODY = ("=== session 1 | 2024-03-15 ===\n\n[user #0] I moved to Berlin in March.
 # reads from donto's own tables (model id and dimension, projection ids), never from caller
 # text.
 REVIEWED_EXECUTE = {"ensure_embedding_index", "ensure_context_indexes",
-                    "_ensure_lexical_indexes"}
+                    "_ensure_lexical_indexes", "_ensure_key_indexes"}
 
 DEFINERS = """
 select p.proname::text, p.oid::regprocedure::text, p.prosrc, p.proconfig, l.lanname::text
