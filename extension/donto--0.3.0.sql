@@ -2615,9 +2615,9 @@ POOL defaults to a share of the N searched chunks,
 ceil(donto.recall_pool_share x N) (default 0.05) bounded by
 donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
 the HNSW path donto.recall_pool_max_index, default 100, bounds it instead, for
-latency: 200 measured no better, BENCHMARKS.md), and never to less than k. It does not depend on k otherwise, so the first k rows
-of a call with a larger k are the rows of the call with k (as long as k is at
-most the pool).
+latency: 200 measured no better, BENCHMARKS.md), and never to less than k. It does
+not depend on k otherwise, so the first k rows of a call with a larger k are the
+rows of the call with k (as long as k is at most the pool).
 
 Standing slots (ARMS 'hybrid' only): after the first
 donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
@@ -2851,14 +2851,10 @@ begin
         from donto._recall_lexical(query, v_ctx, as_of, v_pool) as l;
     end if;
     -- The key arms (sql/087): user turns ranked on their own, as the chunks
-    -- holding them; not called when the context has no keys.
+    -- holding them (nothing when the context has no keys).
     v_key_vec := arms <> 'lexical' and v_w_kvec <> 0;
     v_key_lex := arms <> 'vector' and query is not null and v_w_klex <> 0;
-    if (v_key_vec or v_key_lex) and exists (
-        select 1 from donto.projection as p
-        where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx)
-              and exists (select 1 from donto.x_turn_key as tk
-                          where tk.projection_id = p.projection_id)) then
+    if v_key_vec or v_key_lex then
         select pg_catalog.array_agg(kx.statement_id), pg_catalog.array_agg(kx.key_vector_rank),
                pg_catalog.array_agg(kx.key_lexical_rank)
         into v_key_ids, v_key_vrs, v_key_lrs
@@ -7327,9 +7323,12 @@ declare
     v_dim integer;
     v_kv_ids bigint[];
 begin
+    -- The recall projections searched that have keys (none: nothing to rank).
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
-    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id);
+    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id)
+          and exists (select 1 from donto.x_turn_key as tk
+                      where tk.projection_id = p.projection_id);
     if v_projs is null then
         return;
     end if;

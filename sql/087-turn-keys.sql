@@ -249,9 +249,12 @@ declare
     v_dim integer;
     v_kv_ids bigint[];
 begin
+    -- The recall projections searched that have keys (none: nothing to rank).
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
-    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id);
+    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id)
+          and exists (select 1 from donto.x_turn_key as tk
+                      where tk.projection_id = p.projection_id);
     if v_projs is null then
         return;
     end if;
