@@ -7,7 +7,8 @@
   revision.
 - A context belongs to its document: another document's revision is refused there.
 - as_of never answers for a time a running transaction can still change.
-- A writer's SET donto.recall_exact_max cannot make the owner index every small context.
+- A writer's SET donto.recall_exact_max cannot make the owner index every small context,
+  nor every small projection's recall-key vectors.
 """
 
 from __future__ import annotations
@@ -389,4 +390,113 @@ def test_a_writer_cannot_make_the_owner_index_every_small_context(db, logins):
     # the owner's own SET counts as it is (what tests/db/test_recall_layout.py does)
     db.execute("set donto.recall_exact_max = 1")
     assert db.execute("select donto._index_exact_max()").fetchone()[0] == 1
+    db.rollback()
+
+
+def key_turns(body: str) -> str:
+    """The turn table of BODY, one '[role #n] text' line per turn."""
+    out, pos = [], 0
+    for seq, line in enumerate(body.splitlines(keepends=True)):
+        head = line.index("] ") + 2
+        out.append({"seq": seq, "turn_id": seq, "role": "user" if "[user" in line else
+                    "assistant", "header_start": pos, "char_start": pos + head,
+                    "char_end": pos + len(line) - 1})
+        pos += len(line)
+    return json.dumps(out)
+
+
+def test_a_writer_cannot_make_the_owner_index_every_small_projections_keys(db, logins):
+    """The same for donto._ensure_key_indexes (an HNSW index of a projection's key vectors
+    above donto._index_exact_max() / 4 of them): six keys, with vectors of two models, get
+    no index whatever a writer sets; the DBA's floor (for the writer) and the owner's SET
+    build it."""
+    body = "".join(f"[user #{2 * i}] key turn {i}\n[assistant #{2 * i + 1}] reply {i}\n"
+                   for i in range(6))
+    rev = db.execute("select donto.register_revision('test:acct/keys', %s)",
+                     (body,)).fetchone()[0]
+    db.execute("select donto.record_turns(%s, %s::jsonb)", (rev, key_turns(body)))
+    db.execute("select donto.project_recall(%s, 60)", (rev,))
+    proj = db.execute("select projection_id from donto.projection "
+                      "where revision_id = %s and kind = 'recall'", (rev,)).fetchone()[0]
+    keys = [r[0] for r in db.execute(
+        "select key_id from donto.x_turn_key where projection_id = %s order by key_id",
+        (proj,)).fetchall()]
+    assert len(keys) == 6
+    models = [db.execute("select donto.ensure_embedding_model(%s, 'test', 3)",
+                         (name,)).fetchone()[0] for name in ("acct-k1", "acct-k2")]
+    for model in models:
+        assert db.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",
+                          (model, keys, [f"[1,{i},1]" for i in range(6)])).fetchone()[0] == 6
+    db.commit()
+
+    def key_indexes() -> set[str]:
+        names = {r[0] for r in db.execute(
+            "select relname from pg_class where relkind = 'i' "
+            "and relname like 'x\\_turn\\_key\\_vector\\_hnsw%'").fetchall()}
+        db.commit()
+        return names
+
+    def index_of(model: int) -> str:
+        return f"x_turn_key_vector_hnsw_m{model}_p{proj}"
+
+    def attack(conn: psycopg.Connection) -> None:
+        # every way a writer reaches donto._ensure_key_indexes (it may call it directly)
+        assert conn.execute("select donto._index_exact_max()").fetchone()[0] == 10000
+        for model in models:
+            assert conn.execute("select donto._ensure_key_indexes(%s)",
+                                (model,)).fetchone()[0] == 0
+            assert conn.execute("select donto.ensure_context_indexes(%s)",
+                                (model,)).fetchone()[0] == 0
+            assert conn.execute("select donto.ensure_embedding_index(%s)",
+                                (model,)).fetchone()[0] == f"embedding_hnsw_m{model}"
+        conn.commit()
+        assert key_indexes() == set()
+
+    writer, as_writer = logins()
+    w = as_writer()
+    w.execute("set donto.recall_exact_max = 4")
+    assert w.execute("select donto.recall_exact_max()").fetchone()[0] == 4
+    attack(w)
+    w.execute("reset donto.recall_exact_max")
+    w.execute("select set_config('donto.recall_exact_max', '4', false)")
+    attack(w)
+    w.execute("reset donto.recall_exact_max")
+    w.execute("select set_config('donto.recall_exact_max', '4', true)")  # SET LOCAL
+    attack(w)
+    # PGOPTIONS is no better than SET
+    attack(as_writer(options="-c donto.recall_exact_max=4"))
+    # nor a default of the writer's role: PostgreSQL refuses the writer ALTER ROLE <self>
+    # SET of a custom setting, and one the DBA sets (a role's default, which the role may
+    # set itself from PostgreSQL 16 with USER SET) does not count either
+    with pytest.raises(errors.InsufficientPrivilege, match="permission denied to set"):
+        w.execute(f"alter role {writer} set donto.recall_exact_max = 4")
+    w.rollback()
+    db.execute(f"alter role {writer} set donto.recall_exact_max = 4")
+    db.commit()
+    w_role = as_writer()
+    assert w_role.execute("select donto.recall_exact_max()").fetchone()[0] == 4
+    attack(w_role)
+    db.execute(f"alter role {writer} reset donto.recall_exact_max")
+    db.commit()
+
+    # the controls, with the same six keys: the DBA's database setting is the writer's
+    # floor, so the writer's call builds the index of the model it names ...
+    db.execute(f"alter database {db.info.dbname} set donto.recall_exact_max = 4")
+    db.commit()
+    w2 = as_writer()
+    assert w2.execute("select donto._index_exact_max()").fetchone()[0] == 4
+    assert w2.execute("select donto.ensure_context_indexes(%s)", (models[0],)).fetchone()[0] == 1
+    w2.commit()
+    assert key_indexes() == {index_of(models[0])}
+    db.execute(f"alter database {db.info.dbname} reset donto.recall_exact_max")
+    db.commit()
+    # ... and the owner's own SET counts as it is
+    db.execute("set donto.recall_exact_max = 4")
+    assert db.execute("select donto._index_exact_max()").fetchone()[0] == 4
+    assert db.execute("select donto.ensure_context_indexes(%s)", (models[1],)).fetchone()[0] == 1
+    db.execute("reset donto.recall_exact_max")
+    db.commit()
+    assert key_indexes() == {index_of(models[0]), index_of(models[1])}
+    assert db.execute("select to_regclass(%s) is not null",
+                      (f"donto.{index_of(models[1])}",)).fetchone()[0]
     db.rollback()
