@@ -388,10 +388,10 @@ def embed(
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
             "embedded": r.embedded, "already": r.already, "seconds": round(r.seconds, 2),
             "chunks_per_second": round(r.rate, 1), "index": r.index, "keys": r.keys,
-            "standing": r.standing}
+            "standing": r.standing, "standing_conditions": r.conditions}
     out(data, as_json, f"embedded {r.embedded} chunks with {r.model} ({r.dimension}-d) in "
         f"{r.seconds:.1f}s ({r.rate:.1f}/s); {r.already} already had vectors; index {r.index}; "
-        f"{r.keys} recall keys, {r.standing} standing statements")
+        f"{r.keys} recall keys, {r.standing} standing statements ({r.conditions} conditions)")
 
 
 @app.command()

@@ -48,6 +48,7 @@ class EmbedReport:
     encoded: int = 0  # texts the model encoded (the others came from the cache)
     standing: int = 0
     keys: int = 0  # recall keys (user turns, donto.x_turn_key) embedded
+    conditions: int = 0  # conditions of standing statements ("when I ask about X")
 
     @property
     def rate(self) -> float:
@@ -160,39 +161,64 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     index = conn.execute("select donto.ensure_embedding_index(%s)", (model_id,)).fetchone()[0]
     conn.commit()
     standing = embed_standing(conn, model, model_id, context=context, batch=batch)
+    conditions = embed_standing_conditions(conn, model, model_id, context=context,
+                                           batch=batch)
     keys = embed_turn_keys(conn, model, model_id, context=context, batch=batch, page=page)
     return EmbedReport(name, model_id, dim, embedded, done_before, seconds, index,
-                       counts.get("encoded", 0), standing, keys)
+                       counts.get("encoded", 0), standing, keys, conditions)
 
 
-STANDING_PENDING = """
-select x.statement_id, s.object_lit ->> 'v'
+# The standing statements of the context (null: all) that have no vector of the kind
+# asked for: of the statement (STANDING_PENDING) or of its condition (CONDITIONS_PENDING).
+_STANDING_OF = """
 from donto.x_standing as x
 inner join donto.statement as s on s.statement_id = x.statement_id
-where not exists (select 1 from donto.x_standing_vector as v
+where not exists (select 1 from donto.{table} as v
                   where v.statement_id = x.statement_id and v.model_id = %(model)s)
       and (%(context)s::text is null or x.revision_id in (
           select p.revision_id from donto.projection as p
           inner join donto.context as c on c.context_id = p.context_id
           where c.iri = %(context)s))
-order by x.statement_id
 """
+STANDING_PENDING = ("select x.statement_id, s.object_lit ->> 'v'"
+                    + _STANDING_OF.format(table="x_standing_vector")
+                    + "order by x.statement_id")
+CONDITIONS_PENDING = ("select c.statement_id, c.cond from (select x.statement_id, "
+                      "donto.standing_condition(s.object_lit ->> 'v') as cond"
+                      + _STANDING_OF.format(table="x_standing_condition_vector")
+                      + ") as c where c.cond is not null order by c.statement_id")
+
+
+def _embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, pending: str,
+                    ingest: str, *, context: str | None, batch: int) -> int:
+    rows = conn.execute(pending, {"model": model_id, "context": context}).fetchall()
+    if not rows:
+        conn.commit()
+        return 0
+    vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
+    texts = ["[" + ",".join(f"{x:.7g}" for x in vec) + "]" for vec in vecs]
+    n = conn.execute(f"select donto.{ingest}(%s, %s, %s)",
+                     (model_id, [r[0] for r in rows], texts)).fetchone()[0]
+    conn.commit()
+    return n
 
 
 def embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, *,
                    context: str | None = None, batch: int = 16) -> int:
     """Embed the standing statements without a vector for MODEL (recall's standing slots);
     CONTEXT: only those of the revisions projected into it. Returns how many were added."""
-    rows = conn.execute(STANDING_PENDING, {"model": model_id, "context": context}).fetchall()
-    if not rows:
-        conn.commit()
-        return 0
-    vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
-    texts = ["[" + ",".join(f"{x:.7g}" for x in vec) + "]" for vec in vecs]
-    n = conn.execute("select donto.ingest_standing_embeddings(%s, %s, %s)",
-                     (model_id, [r[0] for r in rows], texts)).fetchone()[0]
-    conn.commit()
-    return n
+    return _embed_standing(conn, model, model_id, STANDING_PENDING,
+                           "ingest_standing_embeddings", context=context, batch=batch)
+
+
+def embed_standing_conditions(conn: psycopg.Connection, model: str | None, model_id: int, *,
+                              context: str | None = None, batch: int = 16) -> int:
+    """Embed the conditions ("when I ask about X": X, ``donto.standing_condition``) of the
+    standing statements that name one and have no condition vector for MODEL; CONTEXT as
+    in :func:`embed_standing`. Returns how many were added."""
+    return _embed_standing(conn, model, model_id, CONDITIONS_PENDING,
+                           "ingest_standing_condition_embeddings", context=context,
+                           batch=batch)
 
 
 KEYS_PENDING = """

@@ -909,8 +909,9 @@ arm) and by the lexical score over the keys (with the lexical arm), each key
 standing for the chunk holding its turn (donto._recall_keys); they are fused
 as two more arms. The weights of the four terms are donto.recall_vector_weight
 (1), donto.recall_lexical_weight (1), donto.recall_key_weight (0.5, the key
-vectors) and donto.recall_key_lexical_weight (0); an arm of weight 0 is not
-computed. VECTOR_RANK (LEXICAL_RANK) is then the better of the chunk's rank in
+vectors) and donto.recall_key_lexical_weight (0.5; the lexical key arm is left
+out above donto.recall_key_lexical_max keys, default 2,500); an arm of weight 0
+is not computed. VECTOR_RANK (LEXICAL_RANK) is then the better of the chunk's rank in
 the vector (lexical) arm and in its key arm.
 Chunks overlapping a better one of the same revision (several projections in a
 context, or a chunk already returned) are left out. Ties in the score go to the
@@ -953,7 +954,7 @@ declare
     v_w_vec double precision := donto._recall_setting('recall_vector_weight', '1')::float8;
     v_w_lex double precision := donto._recall_setting('recall_lexical_weight', '1')::float8;
     v_w_kvec double precision := donto._recall_setting('recall_key_weight', '0.5')::float8;
-    v_w_klex double precision := donto._recall_setting('recall_key_lexical_weight', '0')::float8;
+    v_w_klex double precision := donto._recall_setting('recall_key_lexical_weight', '0.5')::float8;
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;

@@ -158,6 +158,21 @@ comment on function donto._standing_claim_key(text, text, text) is
 'The subject key of an LLM standing claim: of the subject it names, else of its anchored text '
 '(donto_pg.core.standing.subject_key).';
 
+create or replace function donto.standing_condition(p_text text)
+returns text
+language plpython3u
+immutable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].standing.statement_condition(plpy, p_text)
+$py$;
+
+comment on function donto.standing_condition(text) is
+'The questions a standing statement applies to, when it names them: X of "... when I ask '
+'about X" (donto_pg.core.standing.condition), else null. Recall''s standing slots match a '
+'question against it as well as against the whole statement.';
+
 create or replace function donto._standing_from_claims(p_response_id bigint)
 returns integer
 language plpgsql
@@ -312,8 +327,9 @@ as $$
 /*
 Embed, inside the database, every standing statement of revision REV_ID (null:
 of every revision) that has no vector for MODEL (null: the default model;
-registered, see donto.embedding_model_id), for recall's standing slots.
-Returns how many vectors were added; a second call adds none.
+registered, see donto.embedding_model_id), for recall's standing slots, and the
+condition of each that names one (donto.standing_condition). Returns how many
+statement vectors were added; a second call adds none.
 */
 declare
     v_model integer := donto.embedding_model_id(model);
@@ -335,6 +351,24 @@ begin
         values (r.statement_id, v_model, donto.embed_query(r.txt, v_name))
         on conflict (statement_id, model_id) do nothing;
         v_n := v_n + 1;
+    end loop;
+    -- ... and the condition of each that names one (donto.standing_condition).
+    for r in
+        select c.statement_id, c.cond
+        from (select x.statement_id, donto.standing_condition(s.object_lit ->> 'v') as cond
+              from donto.x_standing as x
+              inner join donto.statement as s on x.statement_id = s.statement_id
+              where (rev_id is null or x.revision_id = rev_id)
+                    and not exists (
+                        select 1 from donto.x_standing_condition_vector as v
+                        where v.statement_id = x.statement_id and v.model_id = v_model)
+        ) as c
+        where c.cond is not null
+        order by c.statement_id
+    loop
+        insert into donto.x_standing_condition_vector (statement_id, model_id, embedding)
+        values (r.statement_id, v_model, donto.embed_query(r.cond, v_name))
+        on conflict (statement_id, model_id) do nothing;
     end loop;
     return v_n;
 end;
@@ -558,23 +592,41 @@ as $$
 /*
 The standing slots of donto.recall: at most P_N standing statements in force
 (not superseded) in the context as of P_AS_OF, most similar to the query
-vector first (cosine similarity of their vectors for model P_MODEL_ID, at
-least P_MIN_SIMILARITY); ties to the later statement.
+vector first (similarity at least P_MIN_SIMILARITY; ties to the later
+statement). The similarity is the cosine similarity of the statement's vector
+for model P_MODEL_ID; for a statement that names its condition ("... when I ask
+about X", donto.standing_condition) and has its vector, it is
+(1 - W) x that + W x the cosine similarity of the condition's vector, W =
+donto.recall_standing_condition_weight (default 0.5; 0: the statement alone).
 */
     select st.statement_id, st.revision_id, st.char_start, st.char_end, st.statement_text,
-           st.valid_time, (1 - (v.embedding <=> p_embedding))::float8 as similarity
+           st.valid_time, x.similarity
     from donto._standing(p_context_id, p_as_of) as st
     inner join donto.x_standing_vector as v
         on st.statement_id = v.statement_id and v.model_id = p_model_id
+    left join donto.x_standing_condition_vector as cv
+        on st.statement_id = cv.statement_id and cv.model_id = p_model_id
+    cross join lateral (
+        select pg_catalog.float8(donto._recall_setting(
+            'recall_standing_condition_weight', '0.5')) as w
+    ) as cw
+    cross join lateral (
+        select (case when cv.embedding is null then 1 - (v.embedding <=> p_embedding)
+                     else (1 - cw.w) * (1 - (v.embedding <=> p_embedding))
+                          + cw.w * (1 - (cv.embedding <=> p_embedding))
+                end)::float8 as similarity
+    ) as x
     where st.superseded_by is null
           and vector_dims(v.embedding) = vector_dims(p_embedding)
-          and 1 - (v.embedding <=> p_embedding) >= p_min_similarity
-    order by (v.embedding <=> p_embedding), st.statement_id desc
+          and (cv.embedding is null or vector_dims(cv.embedding) = vector_dims(p_embedding))
+          and x.similarity >= p_min_similarity
+    order by x.similarity desc, st.statement_id desc
     limit p_n;
 $$;
 
 comment on function donto._recall_standing(vector, bigint, timestamptz, integer, integer, float8) is
-'Standing slots of donto.recall: the in-force standing statements most similar to the query.';
+'Standing slots of donto.recall: the in-force standing statements most similar to the query '
+'(the statement and, when it names one, its condition).';
 
 create or replace function donto.ingest_standing_embeddings(
     p_model_id integer, p_ids bigint[], p_vectors text[]
@@ -630,6 +682,67 @@ $$;
 comment on function donto.ingest_standing_embeddings(integer, bigint[], text[]) is
 'Store client-computed vectors of standing statements for one model; skips existing ones.';
 
+create or replace function donto.ingest_standing_condition_embeddings(
+    p_model_id integer, p_ids bigint[], p_vectors text[]
+)
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, public, pg_temp
+as $$
+/*
+Store vectors (pgvector text, one per id) of the conditions of standing
+statements P_IDS (donto.standing_condition of their text) for model P_MODEL_ID,
+as a client that embeds itself computed them (donto-pg embed). Existing vectors
+are kept; an id that is not a standing statement naming a condition, a wrong
+dimension or unequal array lengths are refused. Returns the rows added.
+*/
+declare
+    v_dim integer;
+    v_n integer;
+    v_bad bigint;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception 'donto.ingest_standing_condition_embeddings: no model %', p_model_id
+            using errcode = '22023';
+    end if;
+    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
+    then
+        raise exception 'donto.ingest_standing_condition_embeddings: % ids but % vectors',
+            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
+            using errcode = '22023';
+    end if;
+    select u.id into v_bad
+    from unnest(p_ids, p_vectors) as u (id, v)
+    where u.id is null or u.v is null or vector_dims(u.v::vector) <> v_dim
+          or not exists (
+              select 1 from donto.x_standing as x
+              inner join donto.statement as s on x.statement_id = s.statement_id
+              where x.statement_id = u.id
+                    and donto.standing_condition(s.object_lit ->> 'v') is not null)
+    limit 1;
+    if found then
+        raise exception 'donto.ingest_standing_condition_embeddings: statement % is not a '
+            'standing statement naming a condition, or its vector does not have % dimensions',
+            coalesce(v_bad::text, 'null'), v_dim
+            using errcode = '22023';
+    end if;
+    insert into donto.x_standing_condition_vector (statement_id, model_id, embedding)
+    select u.id, p_model_id, u.v::vector
+    from unnest(p_ids, p_vectors) as u (id, v)
+    order by u.id
+    on conflict (statement_id, model_id) do nothing;
+    get diagnostics v_n = row_count;
+    return v_n;
+end;
+$$;
+
+comment on function donto.ingest_standing_condition_embeddings(integer, bigint[], text[]) is
+'Store client-computed vectors of the conditions of standing statements for one model; skips '
+'existing ones.';
+
 -- The columns of the standing-memory tables (migration 012) that the generic
 -- names of sql/096-comments.sql do not explain.
 comment on column donto.x_standing.ord is
@@ -645,3 +758,5 @@ comment on column donto.x_standing.detector is
 'standing claim of an LLM extraction run, donto._standing_from_claims).';
 comment on column donto.x_standing_vector.embedding is
 'The statement text''s vector under the model (for recall''s standing slots).';
+comment on column donto.x_standing_condition_vector.embedding is
+'The vector of the statement''s condition (donto.standing_condition) under the model.';

@@ -227,7 +227,9 @@ donto.x_turn_key) of context P_CONTEXT_ID (null: every context) known at
 P_AS_OF, ranked by cosine distance of their vectors for model P_MODEL_ID to
 P_EMBEDDING (P_VECTOR) and by the lexical arm's BM25-like score over the keys
 (P_LEXICAL: idf over the context's keys x saturating ts_rank, the scaffolding
-lexemes weighed down as in donto._recall_lexical); the top P_POOL of each, each
+lexemes weighed down as in donto._recall_lexical; exact, so left out when the
+context has more than donto.recall_key_lexical_max keys, default 2,500); the
+top P_POOL of each, each
 mapped to the chunk of its projection that holds the turn's header (known at
 P_AS_OF, not superseded by then; a key whose chunk was retracted by then is left
 out). The key vector arm reads the projection's own HNSW index when the context has
@@ -248,6 +250,7 @@ declare
     v_tws double precision[];
     v_dim integer;
     v_kv_ids bigint[];
+    v_lex_max bigint := donto._recall_setting('recall_key_lexical_max', '2500')::bigint;
 begin
     -- The recall projections searched that have keys (none: nothing to rank).
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
@@ -257,6 +260,16 @@ begin
                       where tk.projection_id = p.projection_id);
     if v_projs is null then
         return;
+    end if;
+    -- The lexical key arm reads every key of the context (its cost grows with them,
+    -- about 4 us each): above donto.recall_key_lexical_max keys (default 2,500, the
+    -- bound of the exact key vector scan) it is left out.
+    if p_lexical and (
+        select pg_catalog.count(*) from (
+            select 1 from donto.x_turn_key as k0 where k0.projection_id = any(v_projs)
+            limit v_lex_max + 1) as x
+    ) > v_lex_max then
+        p_lexical := false;
     end if;
     if p_lexical and p_query is not null then
         select pg_catalog.array_agg(q.tq order by q.t),

@@ -24,8 +24,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "detect", "sentences",
-           "subject_key"]
+__all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "condition", "detect",
+           "sentences", "subject_key"]
 
 RULES_VERSION = "rules-v1"
 KINDS = ("instruction", "preference", "constraint")
@@ -83,6 +83,12 @@ _ABOUT = re.compile(
 _PREFER_OBJ = re.compile(
     r"\b(?:prefer|favou?r|rather|dislike|hate|like|love|enjoy|fan of|preference is"
     r"|preference for)\s+(?P<topic>[^,.;!?]+)", re.I)
+
+
+# The condition of an instruction: "... when I ask about <questions about X>".
+_CONDITION = re.compile(
+    r"\bwhen(?:ever)?\s+(?:i|we)\s+(?:ask|am asking|inquire|talk|discuss)\s+(?:you\s+)?"
+    r"(?:about|for|regarding|on)\s+(?P<topic>[^.?!,;]+)", re.I)
 
 
 @dataclass(frozen=True)
@@ -172,3 +178,17 @@ def detect(text: str) -> list[Standing]:
             continue
         out.append(Standing(kind, start, end, sent, subject_key(sent, kind)))
     return out
+
+
+def condition(sentence: str) -> str | None:
+    """The questions SENTENCE applies to, when it says so: the X of "... when I ask
+    (you) about/for X" ("scheduling details" in "Always format dates as MM/DD/YYYY when
+    I ask about scheduling details."), up to the end of its clause; None otherwise.
+
+    Recall's standing slots match a question against it as well as against the whole
+    statement (``donto._recall_standing``): the directive ("format dates as ...") says
+    how to answer, the condition says which questions it is for.
+    """
+    m = _CONDITION.search(sentence or "")
+    topic = m.group("topic").strip() if m else ""
+    return topic or None

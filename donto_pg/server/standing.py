@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from donto_pg.core.standing import detect, subject_key
+from donto_pg.core.standing import condition, detect, subject_key
 from donto_pg.server.revision import revision_body, turn_rows
 
 
@@ -29,3 +29,9 @@ def claim_subject_key(plpy, subject: str | None, text: str | None, kind: str) ->
     detector's key), so the two detectors' statements on one subject supersede each
     other alike."""
     return subject_key(subject or "", kind) or subject_key(text or "", kind)
+
+
+def statement_condition(plpy, text: str | None) -> str | None:
+    """Body of ``donto.standing_condition``: the questions a standing statement applies to
+    ("when I ask about X": X), or None (:func:`donto_pg.core.standing.condition`)."""
+    return condition(text or "")

@@ -246,6 +246,78 @@ def test_readers_read_and_recall_standing_but_cannot_write(embedded, connect) ->
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         reader.execute("select donto.ingest_standing_embeddings(1, '{}', '{}')")
     reader.rollback()
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        reader.execute("select donto.ingest_standing_condition_embeddings(1, '{}', '{}')")
+    reader.rollback()
+
+
+DEADLINES = "Always format dates in the month-day-year style when I ask about deadlines."
+EARLY = ("I prefer submitting applications early, which is why I made sure to upload my "
+         "graduate school documents ahead of time.")
+DUE = "When is the final submission due?"
+
+
+def test_an_instruction_is_found_by_the_questions_it_names(db, tmp_path) -> None:
+    """ "... when I ask about deadlines" applies to "When is the final submission due?",
+    whose words are nearer the preference about submitting early: the condition
+    ("deadlines", donto.standing_condition) has a vector of its own, and the standing slot
+    ranks by (1 - W) x the statement's similarity + W x the condition's (W =
+    donto.recall_standing_condition_weight, 0.5); W = 0 ranks by the statement alone."""
+    _load(db, tmp_path, [_batch(1, "March-01-2024", [f"{DEADLINES} ->-> 1,1",
+                                                     f"{EARLY} ->-> 1,2"], 0)])
+    assert db.execute("select donto.standing_condition(%s), donto.standing_condition(%s)",
+                      (DEADLINES, EARLY)).fetchone() == ("deadlines", None)
+    report = embed_pending(db, progress=False)
+    assert (report.standing, report.conditions) == (2, 1)  # only one names a condition
+    assert embed_pending(db, progress=False).conditions == 0  # idempotent
+    db.execute("set donto.recall_standing_min = '-1'")
+
+    def slot() -> tuple[str, float]:
+        rows = db.execute("select chunk_text, score, vector_rank, lexical_rank from "
+                          "donto.recall(%s, k => 4, context => %s)", (DUE, CTX)).fetchall()
+        standing = [r[:2] for r in rows if r[2] is None and r[3] is None]
+        assert len(standing) == 1
+        return standing[0]
+
+    text, score = slot()
+    assert text == DEADLINES
+    # the score is the mix of the two cosine similarities, from the stored vectors
+    expected = db.execute(
+        "select 0.5 * (1 - (v.embedding <=> q.e)) + 0.5 * (1 - (c.embedding <=> q.e)) "
+        "from donto.x_standing_vector as v "
+        "join donto.x_standing_condition_vector as c using (statement_id, model_id) "
+        "cross join (select donto.embed_query(%s) as e) as q", (DUE,)).fetchone()[0]
+    assert score == pytest.approx(expected, abs=1e-9)
+    db.execute("set donto.recall_standing_condition_weight = '0'")
+    assert slot()[0] == EARLY  # by the whole statements alone, the preference is nearer
+
+
+def test_condition_vectors_are_refused_for_what_names_no_condition(db, tmp_path) -> None:
+    _load(db, tmp_path, [_batch(1, "March-01-2024", [f"{DEADLINES} ->-> 1,1",
+                                                     f"{EARLY} ->-> 1,2"], 0)])
+    ids = dict(db.execute("select s.object_lit ->> 'v', x.statement_id from donto.x_standing x "
+                          "join donto.statement s using (statement_id)").fetchall())
+    embed_pending(db, progress=False)
+    model = db.execute("select donto.embedding_model_id()").fetchone()[0]
+    stored = db.execute("select embedding::text from donto.x_standing_condition_vector"
+                        ).fetchall()
+    assert len(stored) == 1
+    vec = "[" + ",".join(["0.1"] * 384) + "]"
+    for bad_ids, vectors, match in (
+            ([ids[EARLY]], [vec], "naming a condition"),     # a preference, no condition
+            ([1], [vec], "naming a condition"),              # not a standing statement
+            ([None], [vec], "naming a condition"),
+            ([ids[DEADLINES]], ["[1,2,3]"], "384 dimensions"),
+            ([ids[DEADLINES]], [], "1 ids but 0 vectors")):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=match):
+            db.execute("select donto.ingest_standing_condition_embeddings(%s, %s, %s)",
+                       (model, bad_ids, vectors))
+        db.rollback()
+    # a vector that is there already is kept, never replaced (I3)
+    assert db.execute("select donto.ingest_standing_condition_embeddings(%s, %s, %s)",
+                      (model, [ids[DEADLINES]], [vec])).fetchone()[0] == 0
+    assert db.execute("select embedding::text from donto.x_standing_condition_vector"
+                      ).fetchall() == stored
 
 
 def test_bad_input_is_refused(db, tmp_path) -> None:

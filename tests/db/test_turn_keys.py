@@ -147,6 +147,26 @@ def test_key_arm_finds_the_chunk_holding_the_user_turn(db, tmp_path) -> None:
     db.rollback()
 
 
+def test_the_lexical_key_arm_is_left_out_above_its_bound(db, tmp_path) -> None:
+    """The lexical key arm reads every key of the context: above
+    donto.recall_key_lexical_max keys (default 2,500) it is left out, the vector key arm
+    stays."""
+    _load(db, tmp_path)
+    embed_pending(db, progress=False)
+    q = "What pet does my sister Margarethe have?"
+    call = ("select count(key_vector_rank), count(key_lexical_rank) from donto._recall_keys("
+            "%s::vector, %s, (select context_id from donto.context where iri = %s), null, "
+            "donto.embedding_model_id(), 10, true, true)")
+    args = (list(map(float, encoder.encode([q])[0])), q, CTX)
+    vec, lex = db.execute(call, args).fetchone()
+    assert vec == len(USERS) and lex >= 1  # 4 keys: both arms
+    db.execute("set donto.recall_key_lexical_max = 4")  # still within the bound
+    assert db.execute(call, args).fetchone() == (vec, lex)
+    db.execute("set donto.recall_key_lexical_max = 3")
+    assert db.execute(call, args).fetchone() == (vec, 0)
+    db.rollback()
+
+
 def test_appended_turns_get_keys_of_their_own(db, tmp_path) -> None:
     rev = _load(db, tmp_path)
     first = _keys(db, rev)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from donto_pg.core.standing import MAX_CHARS, detect, sentences, subject_key
+from donto_pg.core.standing import MAX_CHARS, condition, detect, sentences, subject_key
 
 
 @pytest.mark.parametrize("text, kind", [
@@ -66,3 +66,19 @@ def test_the_detector_is_deterministic() -> None:
     text = "I prefer short answers. Never mention the weather. From now on use metric units."
     assert detect(text) == detect(text)
     assert [s.kind for s in detect(text)] == ["preference", "instruction", "instruction"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Always format dates as MM/DD/YYYY when I ask about scheduling details.",
+     "scheduling details"),
+    ("Always include cost details when I ask about travel arrangements", "travel arrangements"),
+    ("Always specify the duration whenever I ask you for events or sessions!",
+     "events or sessions"),
+    ("From now on, when we discuss recipes, use metric units.", None),  # no about/for
+    ("When I ask about the budget, always round up.", "the budget"),
+    ("I prefer positive reinforcement.", None),
+    ("Always answer briefly when I ask about .", None),
+    ("", None),
+])
+def test_the_condition_of_an_instruction_is_what_it_applies_to(text: str, expected) -> None:
+    assert condition(text) == expected
