@@ -184,7 +184,7 @@ STANDING_PENDING = ("select x.statement_id, s.object_lit ->> 'v'"
                     + _STANDING_OF.format(table="x_standing_vector")
                     + "order by x.statement_id")
 CONDITIONS_PENDING = ("select c.statement_id, c.cond from (select x.statement_id, "
-                      "donto.standing_condition(s.object_lit ->> 'v') as cond"
+                      "donto._standing_condition(s.object_lit ->> 'v') as cond"
                       + _STANDING_OF.format(table="x_standing_condition_vector")
                       + ") as c where c.cond is not null order by c.statement_id")
 
@@ -213,7 +213,7 @@ def embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, *
 
 def embed_standing_conditions(conn: psycopg.Connection, model: str | None, model_id: int, *,
                               context: str | None = None, batch: int = 16) -> int:
-    """Embed the conditions ("when I ask about X": X, ``donto.standing_condition``) of the
+    """Embed the conditions ("when I ask about X": X, ``donto._standing_condition``) of the
     standing statements that name one and have no condition vector for MODEL; CONTEXT as
     in :func:`embed_standing`. Returns how many were added."""
     return _embed_standing(conn, model, model_id, CONDITIONS_PENDING,

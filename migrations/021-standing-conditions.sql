@@ -3,7 +3,7 @@
 -- scheduling details; its whole text is mostly about dates and formats, so a question
 -- ("When is my meeting at the studio?") resembles the condition more than the
 -- statement. Recall's standing slots rank a statement by both (donto._recall_standing).
--- One row per statement that names a condition (donto.standing_condition) and model.
+-- One row per statement that names a condition (donto._standing_condition) and model.
 
 create table donto.x_standing_condition_vector (
     statement_id bigint not null references donto.x_standing,
@@ -14,4 +14,4 @@ create table donto.x_standing_condition_vector (
 
 comment on table donto.x_standing_condition_vector is
 'Vectors of the conditions of standing statements ("when I ask about X": X, '
-'donto.standing_condition) per embedding model, for the standing slots of donto.recall.';
+'donto._standing_condition) per embedding model, for the standing slots of donto.recall.';

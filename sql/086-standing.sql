@@ -158,7 +158,7 @@ comment on function donto._standing_claim_key(text, text, text) is
 'The subject key of an LLM standing claim: of the subject it names, else of its anchored text '
 '(donto_pg.core.standing.subject_key).';
 
-create or replace function donto.standing_condition(p_text text)
+create or replace function donto._standing_condition(p_text text)
 returns text
 language plpython3u
 immutable
@@ -168,7 +168,7 @@ if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
 return GD['donto_pg'].standing.statement_condition(plpy, p_text)
 $py$;
 
-comment on function donto.standing_condition(text) is
+comment on function donto._standing_condition(text) is
 'The questions a standing statement applies to, when it names them: X of "... when I ask '
 'about X" (donto_pg.core.standing.condition), else null. Recall''s standing slots match a '
 'question against it as well as against the whole statement.';
@@ -328,7 +328,7 @@ as $$
 Embed, inside the database, every standing statement of revision REV_ID (null:
 of every revision) that has no vector for MODEL (null: the default model;
 registered, see donto.embedding_model_id), for recall's standing slots, and the
-condition of each that names one (donto.standing_condition). Returns how many
+condition of each that names one (donto._standing_condition). Returns how many
 statement vectors were added; a second call adds none.
 */
 declare
@@ -352,10 +352,10 @@ begin
         on conflict (statement_id, model_id) do nothing;
         v_n := v_n + 1;
     end loop;
-    -- ... and the condition of each that names one (donto.standing_condition).
+    -- ... and the condition of each that names one (donto._standing_condition).
     for r in
         select c.statement_id, c.cond
-        from (select x.statement_id, donto.standing_condition(s.object_lit ->> 'v') as cond
+        from (select x.statement_id, donto._standing_condition(s.object_lit ->> 'v') as cond
               from donto.x_standing as x
               inner join donto.statement as s on x.statement_id = s.statement_id
               where (rev_id is null or x.revision_id = rev_id)
@@ -595,7 +595,7 @@ The standing slots of donto.recall: at most P_N standing statements in force
 vector first (similarity at least P_MIN_SIMILARITY; ties to the later
 statement). The similarity is the cosine similarity of the statement's vector
 for model P_MODEL_ID; for a statement that names its condition ("... when I ask
-about X", donto.standing_condition) and has its vector, it is
+about X", donto._standing_condition) and has its vector, it is
 (1 - W) x that + W x the cosine similarity of the condition's vector, W =
 donto.recall_standing_condition_weight (default 0.5; 0: the statement alone).
 */
@@ -693,7 +693,7 @@ set search_path to pg_catalog, public, pg_temp
 as $$
 /*
 Store vectors (pgvector text, one per id) of the conditions of standing
-statements P_IDS (donto.standing_condition of their text) for model P_MODEL_ID,
+statements P_IDS (donto._standing_condition of their text) for model P_MODEL_ID,
 as a client that embeds itself computed them (donto-pg embed). Existing vectors
 are kept; an id that is not a standing statement naming a condition, a wrong
 dimension or unequal array lengths are refused. Returns the rows added.
@@ -721,7 +721,7 @@ begin
               select 1 from donto.x_standing as x
               inner join donto.statement as s on x.statement_id = s.statement_id
               where x.statement_id = u.id
-                    and donto.standing_condition(s.object_lit ->> 'v') is not null)
+                    and donto._standing_condition(s.object_lit ->> 'v') is not null)
     limit 1;
     if found then
         raise exception 'donto.ingest_standing_condition_embeddings: statement % is not a '
@@ -759,4 +759,4 @@ comment on column donto.x_standing.detector is
 comment on column donto.x_standing_vector.embedding is
 'The statement text''s vector under the model (for recall''s standing slots).';
 comment on column donto.x_standing_condition_vector.embedding is
-'The vector of the statement''s condition (donto.standing_condition) under the model.';
+'The vector of the statement''s condition (donto._standing_condition) under the model.';

@@ -32,6 +32,6 @@ def claim_subject_key(plpy, subject: str | None, text: str | None, kind: str) ->
 
 
 def statement_condition(plpy, text: str | None) -> str | None:
-    """Body of ``donto.standing_condition``: the questions a standing statement applies to
+    """Body of ``donto._standing_condition``: the questions a standing statement applies to
     ("when I ask about X": X), or None (:func:`donto_pg.core.standing.condition`)."""
     return condition(text or "")

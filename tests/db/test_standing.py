@@ -260,12 +260,12 @@ DUE = "When is the final submission due?"
 def test_an_instruction_is_found_by_the_questions_it_names(db, tmp_path) -> None:
     """ "... when I ask about deadlines" applies to "When is the final submission due?",
     whose words are nearer the preference about submitting early: the condition
-    ("deadlines", donto.standing_condition) has a vector of its own, and the standing slot
+    ("deadlines", donto._standing_condition) has a vector of its own, and the standing slot
     ranks by (1 - W) x the statement's similarity + W x the condition's (W =
     donto.recall_standing_condition_weight, 0.5); W = 0 ranks by the statement alone."""
     _load(db, tmp_path, [_batch(1, "March-01-2024", [f"{DEADLINES} ->-> 1,1",
                                                      f"{EARLY} ->-> 1,2"], 0)])
-    assert db.execute("select donto.standing_condition(%s), donto.standing_condition(%s)",
+    assert db.execute("select donto._standing_condition(%s), donto._standing_condition(%s)",
                       (DEADLINES, EARLY)).fetchone() == ("deadlines", None)
     report = embed_pending(db, progress=False)
     assert (report.standing, report.conditions) == (2, 1)  # only one names a condition
