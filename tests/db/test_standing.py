@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from donto_pg import beam, loader
-from donto_pg.embed import embed_pending
+from donto_pg.embed import embed_pending, embed_standing, register_model
 from tests.conftest import write_chat
 
 pytestmark = pytest.mark.slow
@@ -265,12 +265,6 @@ def test_an_instruction_is_found_by_the_questions_it_names(db, tmp_path) -> None
     donto.recall_standing_condition_weight, 0.5); W = 0 ranks by the statement alone."""
     _load(db, tmp_path, [_batch(1, "March-01-2024", [f"{DEADLINES} ->-> 1,1",
                                                      f"{EARLY} ->-> 1,2"], 0)])
-    assert db.execute("select donto._standing_condition(%s), donto._standing_condition(%s)",
-                      (DEADLINES, EARLY)).fetchone() == ("deadlines", None)
-    report = embed_pending(db, progress=False)
-    assert (report.standing, report.conditions) == (2, 1)  # only one names a condition
-    assert embed_pending(db, progress=False).conditions == 0  # idempotent
-    db.execute("set donto.recall_standing_min = '-1'")
 
     def slot() -> tuple[str, float]:
         rows = db.execute("select chunk_text, score, vector_rank, lexical_rank from "
@@ -279,6 +273,17 @@ def test_an_instruction_is_found_by_the_questions_it_names(db, tmp_path) -> None
         assert len(standing) == 1
         return standing[0]
 
+    assert db.execute("select donto._standing_condition(%s), donto._standing_condition(%s)",
+                      (DEADLINES, EARLY)).fetchone() == ("deadlines", None)
+    db.execute("set donto.recall_standing_min = '-1'")
+    # Statement vectors only (a database embedded before migration 021): the slot ranks
+    # by the whole statements.
+    _, model_id, _ = register_model(db, None)
+    assert embed_standing(db, None, model_id) == 2
+    assert slot()[0] == EARLY
+    report = embed_pending(db, progress=False)
+    assert (report.standing, report.conditions) == (0, 1)  # only one names a condition
+    assert embed_pending(db, progress=False).conditions == 0  # idempotent
     text, score = slot()
     assert text == DEADLINES
     # the score is the mix of the two cosine similarities, from the stored vectors
