@@ -6,7 +6,9 @@ the first batch of 100K/1 as a second conversation, so the model loads once.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -295,3 +297,23 @@ def test_as_of_keeps_a_chunk_until_its_retraction(edb, exact):
         edb.rollback()
         _scan(edb, True)
 
+
+
+def test_the_offline_sweep_fuses_as_recall_does(edb):
+    """benchmarks/recall_sweep.py replicates donto.recall_by_vector's fusion over dumped
+    candidates: on 100K/13 its first hits are donto.recall's, at the defaults and with
+    other settings set in the session (a change to the fusion that the replica does not
+    follow fails here)."""
+    spec = importlib.util.spec_from_file_location(
+        "recall_sweep", Path(__file__).resolve().parents[2] / "benchmarks" / "recall_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    data = sweep.dump(edb, ["100K/13"])
+    assert len(data["questions"]) >= 15
+    assert sweep.check(edb, data) == []
+    other = {"recall_key_lexical_weight": 0, "recall_standing_slots": 2,
+             "recall_standing_condition_weight": 0, "recall_rrf_k": 60}
+    assert sweep.check(edb, data, other) == []
+    a = sweep.evaluate(data, {})["first_hit"]
+    b = sweep.evaluate(data, other)["first_hit"]
+    assert a != b  # the settings change the ranking, so the second check means something
