@@ -380,8 +380,9 @@ def embed(
     dsn: DsnOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Embed every recall chunk, recall key (user turn) and standing statement that has no
-    vector for the model (resumable; kill-safe)."""
+    """Embed every recall chunk, recall key (user turn) and standing statement (and its
+    condition, "when I ask about X") that has no vector for the model (resumable;
+    kill-safe)."""
     with connect(dsn) as conn:
         r = _embed(conn, model, context=context, progress=not as_json, batch=batch, page=page,
                    chunks=not keys_only)

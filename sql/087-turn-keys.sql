@@ -229,13 +229,12 @@ P_EMBEDDING (P_VECTOR) and by the lexical arm's BM25-like score over the keys
 (P_LEXICAL: idf over the context's keys x saturating ts_rank, the scaffolding
 lexemes weighed down as in donto._recall_lexical; exact, so left out when the
 context has more than donto.recall_key_lexical_max keys, default 2,500); the
-top P_POOL of each, each
-mapped to the chunk of its projection that holds the turn's header (known at
-P_AS_OF, not superseded by then; a key whose chunk was retracted by then is left
-out). The key vector arm reads the projection's own HNSW index when the context has
-one projection and donto._ensure_key_indexes gave it one, else it scans the
-projections' key vectors exactly. Returns one row per chunk with its best rank in
-each key arm (null: not ranked by it).
+top P_POOL of each, each mapped to the chunk of its projection that holds the
+turn's header (known at P_AS_OF, not superseded by then; a key whose chunk was
+retracted by then is left out). The key vector arm reads the projection's own HNSW
+index when the context has one projection and donto._ensure_key_indexes gave it one,
+else it scans the projections' key vectors exactly. Returns one row per chunk with its
+best rank in each key arm (null: not ranked by it).
 */
 #variable_conflict use_column
 declare
