@@ -2269,6 +2269,41 @@ comment on function donto.ensure_embedding_index(integer) is
 'Create the HNSW (cosine) indexes of one embedding model over donto.embedding, if missing: '
 'one over every context and one per large context (donto.ensure_context_indexes).';
 
+create or replace function donto._vector_batch_dimension(
+    p_fn text, p_model_id integer, p_ids bigint[], p_vectors text[]
+)
+returns integer
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The checks every donto.ingest_*_embeddings function makes of its arguments before
+reading them row by row: model P_MODEL_ID is registered, and P_IDS and P_VECTORS
+are as long (null counting as empty); else 22023 in the name of P_FN. Returns the
+model's dimension.
+*/
+declare
+    v_dim integer;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception '%: no model %', p_fn, p_model_id using errcode = '22023';
+    end if;
+    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
+    then
+        raise exception '%: % ids but % vectors', p_fn,
+            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
+            using errcode = '22023';
+    end if;
+    return v_dim;
+end;
+$$;
+
+comment on function donto._vector_batch_dimension(text, integer, bigint[], text[]) is
+'The argument checks of the ingest_*_embeddings functions (model registered, arrays as long); '
+'returns the model''s dimension.';
+
 create or replace function donto.embedding_model_id(model text default null)
 returns integer
 language plpgsql
@@ -7095,17 +7130,8 @@ declare
     v_n integer;
     v_bad bigint;
 begin
-    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
-    if not found then
-        raise exception 'donto.ingest_standing_embeddings: no model %', p_model_id
-            using errcode = '22023';
-    end if;
-    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
-    then
-        raise exception 'donto.ingest_standing_embeddings: % ids but % vectors',
-            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
-            using errcode = '22023';
-    end if;
+    v_dim := donto._vector_batch_dimension(
+        'donto.ingest_standing_embeddings', p_model_id, p_ids, p_vectors);
     select u.id into v_bad
     from unnest(p_ids, p_vectors) as u (id, v)
     where u.v is null or vector_dims(u.v::vector) <> v_dim
@@ -7150,17 +7176,8 @@ declare
     v_n integer;
     v_bad bigint;
 begin
-    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
-    if not found then
-        raise exception 'donto.ingest_standing_condition_embeddings: no model %', p_model_id
-            using errcode = '22023';
-    end if;
-    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
-    then
-        raise exception 'donto.ingest_standing_condition_embeddings: % ids but % vectors',
-            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
-            using errcode = '22023';
-    end if;
+    v_dim := donto._vector_batch_dimension(
+        'donto.ingest_standing_condition_embeddings', p_model_id, p_ids, p_vectors);
     select u.id into v_bad
     from unnest(p_ids, p_vectors) as u (id, v)
     where u.id is null or u.v is null or vector_dims(u.v::vector) <> v_dim
@@ -7388,17 +7405,8 @@ declare
     v_n integer;
     v_bad bigint;
 begin
-    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
-    if not found then
-        raise exception 'donto.ingest_turn_key_embeddings: no model %', p_model_id
-            using errcode = '22023';
-    end if;
-    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
-    then
-        raise exception 'donto.ingest_turn_key_embeddings: % ids but % vectors',
-            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
-            using errcode = '22023';
-    end if;
+    v_dim := donto._vector_batch_dimension(
+        'donto.ingest_turn_key_embeddings', p_model_id, p_ids, p_vectors);
     select u.id into v_bad
     from unnest(p_ids, p_vectors) as u (id, v)
     where u.v is null or vector_dims(u.v::vector) <> v_dim

@@ -512,6 +512,41 @@ comment on function donto.ensure_embedding_index(integer) is
 'Create the HNSW (cosine) indexes of one embedding model over donto.embedding, if missing: '
 'one over every context and one per large context (donto.ensure_context_indexes).';
 
+create or replace function donto._vector_batch_dimension(
+    p_fn text, p_model_id integer, p_ids bigint[], p_vectors text[]
+)
+returns integer
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The checks every donto.ingest_*_embeddings function makes of its arguments before
+reading them row by row: model P_MODEL_ID is registered, and P_IDS and P_VECTORS
+are as long (null counting as empty); else 22023 in the name of P_FN. Returns the
+model's dimension.
+*/
+declare
+    v_dim integer;
+begin
+    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    if not found then
+        raise exception '%: no model %', p_fn, p_model_id using errcode = '22023';
+    end if;
+    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
+    then
+        raise exception '%: % ids but % vectors', p_fn,
+            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
+            using errcode = '22023';
+    end if;
+    return v_dim;
+end;
+$$;
+
+comment on function donto._vector_batch_dimension(text, integer, bigint[], text[]) is
+'The argument checks of the ingest_*_embeddings functions (model registered, arrays as long); '
+'returns the model''s dimension.';
+
 create or replace function donto.embedding_model_id(model text default null)
 returns integer
 language plpgsql

@@ -648,17 +648,8 @@ declare
     v_n integer;
     v_bad bigint;
 begin
-    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
-    if not found then
-        raise exception 'donto.ingest_standing_embeddings: no model %', p_model_id
-            using errcode = '22023';
-    end if;
-    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
-    then
-        raise exception 'donto.ingest_standing_embeddings: % ids but % vectors',
-            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
-            using errcode = '22023';
-    end if;
+    v_dim := donto._vector_batch_dimension(
+        'donto.ingest_standing_embeddings', p_model_id, p_ids, p_vectors);
     select u.id into v_bad
     from unnest(p_ids, p_vectors) as u (id, v)
     where u.v is null or vector_dims(u.v::vector) <> v_dim
@@ -703,17 +694,8 @@ declare
     v_n integer;
     v_bad bigint;
 begin
-    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
-    if not found then
-        raise exception 'donto.ingest_standing_condition_embeddings: no model %', p_model_id
-            using errcode = '22023';
-    end if;
-    if coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_vectors), 0)
-    then
-        raise exception 'donto.ingest_standing_condition_embeddings: % ids but % vectors',
-            pg_catalog.cardinality(p_ids), pg_catalog.cardinality(p_vectors)
-            using errcode = '22023';
-    end if;
+    v_dim := donto._vector_batch_dimension(
+        'donto.ingest_standing_condition_embeddings', p_model_id, p_ids, p_vectors);
     select u.id into v_bad
     from unnest(p_ids, p_vectors) as u (id, v)
     where u.id is null or u.v is null or vector_dims(u.v::vector) <> v_dim

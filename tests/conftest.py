@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,6 +106,38 @@ def connect(db: psycopg.Connection):
     yield _connect
     for c in opened:
         c.close()
+
+
+@pytest.fixture
+def logins(db: psycopg.Connection):
+    """make(group) -> (role, connect): real LOGIN roles (password authentication), each a
+    member of GROUP only (default donto_writer), for attacks as a real login; dropped
+    afterwards."""
+    made: list[str] = []
+    opened: list[psycopg.Connection] = []
+    info = db.info
+
+    def make(group: str = "donto_writer"):
+        role = f"login_{uuid.uuid4().hex[:10]}"
+        db.execute(f"create role {role} login password 'pw' in role {group}")
+        db.commit()
+        made.append(role)
+
+        def connect(**kw) -> psycopg.Connection:
+            conn = psycopg.connect(host=info.host, port=info.port, user=role, password="pw",
+                                   dbname=info.dbname, **kw)
+            opened.append(conn)
+            return conn
+        return role, connect
+
+    yield make
+    for c in opened:
+        c.close()
+    db.rollback()
+    for role in made:
+        db.execute(f"drop owned by {role}")
+        db.execute(f"drop role {role}")
+    db.commit()
 
 
 @contextmanager

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import psycopg
 import pytest
@@ -27,37 +26,6 @@ from tests.conftest import EXAMPLES
 CONV1 = EXAMPLES / "chats" / "100K" / "1"
 BODY = ("=== session 1 | 2024-03-15 ===\n\n[user #0] I moved to Berlin in March.\n\n"
         "[assistant #1] Nice! How is Berlin?\n\n[user #2] Always answer me in French.\n")
-
-
-@pytest.fixture
-def logins(db):
-    """make(group) -> (role, connect): real LOGIN roles (password authentication), each a
-    member of GROUP only."""
-    made: list[str] = []
-    opened: list[psycopg.Connection] = []
-    info = db.info
-
-    def make(group: str = "donto_writer"):
-        role = f"acct_{uuid.uuid4().hex[:10]}"
-        db.execute(f"create role {role} login password 'pw' in role {group}")
-        db.commit()
-        made.append(role)
-
-        def connect(**kw) -> psycopg.Connection:
-            conn = psycopg.connect(host=info.host, port=info.port, user=role, password="pw",
-                                   dbname=info.dbname, **kw)
-            opened.append(conn)
-            return conn
-        return role, connect
-
-    yield make
-    for c in opened:
-        c.close()
-    db.rollback()
-    for role in made:
-        db.execute(f"drop owned by {role}")
-        db.execute(f"drop role {role}")
-    db.commit()
 
 
 def chunk_statements(db, iri: str, n: int = 2) -> list[int]:

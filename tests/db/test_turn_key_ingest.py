@@ -16,7 +16,6 @@ login (password authentication, member of donto_writer only).
 from __future__ import annotations
 
 import json
-import uuid
 
 import psycopg
 import pytest
@@ -37,37 +36,6 @@ def _turns(body: str) -> str:
         pos += len(line)
         seq += 1
     return json.dumps(out)
-
-
-@pytest.fixture
-def logins(db):
-    """make(group) -> connect: real LOGIN roles (password authentication), each a member
-    of GROUP only (as tests/db/test_accountability.py)."""
-    made: list[str] = []
-    opened: list[psycopg.Connection] = []
-    info = db.info
-
-    def make(group: str = "donto_writer"):
-        role = f"tkey_{uuid.uuid4().hex[:10]}"
-        db.execute(f"create role {role} login password 'pw' in role {group}")
-        db.commit()
-        made.append(role)
-
-        def connect() -> psycopg.Connection:
-            conn = psycopg.connect(host=info.host, port=info.port, user=role, password="pw",
-                                   dbname=info.dbname)
-            opened.append(conn)
-            return conn
-        return connect
-
-    yield make
-    for c in opened:
-        c.close()
-    db.rollback()
-    for role in made:
-        db.execute(f"drop owned by {role}")
-        db.execute(f"drop role {role}")
-    db.commit()
 
 
 def _document(db, iri: str) -> list[int]:
@@ -119,7 +87,7 @@ def _state(db) -> tuple:
 
 def test_a_writer_cannot_file_what_is_not_a_vector_of_a_key(db, keyed, logins):
     model, mine, theirs = keyed
-    w = logins()()
+    w = logins()[1]()
     # a chunk's statement id that is no key's id (both count from 1)
     chunk = db.execute("select min(statement_id) from donto.x_memory_record where "
                        "statement_id not in (select key_id from donto.x_turn_key)"
@@ -176,7 +144,7 @@ def test_a_writer_cannot_file_what_is_not_a_vector_of_a_key(db, keyed, logins):
         w.execute("insert into donto.x_turn_key_vector (key_id, model_id, embedding) "
                   "values (%s, %s, '[1,0,0]')", (k, model))
     w.rollback()
-    r = logins("donto_reader")()
+    r = logins("donto_reader")[1]()
     with pytest.raises(errors.InsufficientPrivilege):
         r.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)", (model, [k], [good]))
     r.rollback()
@@ -188,7 +156,7 @@ def test_a_writer_cannot_file_what_is_not_a_vector_of_a_key(db, keyed, logins):
 
 def test_a_writer_cannot_replace_a_vector_nor_move_a_key(db, keyed, logins):
     model, mine, theirs = keyed
-    w = logins()()
+    w = logins()[1]()
     before = _state(db)
     # the other document's vector, filed by the owner, stays as it was
     assert w.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",
@@ -207,7 +175,7 @@ def test_a_writer_cannot_replace_a_vector_nor_move_a_key(db, keyed, logins):
 
 def test_a_writer_files_the_vectors_of_keys(db, keyed, logins):
     model, mine, theirs = keyed
-    w = logins()()
+    w = logins()[1]()
     before = _state(db)
     vecs = ["[0.25,-1,3]", "[1,2,3.5]"]
     assert w.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",
