@@ -325,6 +325,46 @@ def test_condition_vectors_are_refused_for_what_names_no_condition(db, tmp_path)
                       ).fetchall() == stored
 
 
+def test_a_writer_login_cannot_replace_or_misfile_condition_vectors(db, tmp_path,
+                                                                    logins) -> None:
+    """donto.ingest_standing_condition_embeddings (a SECURITY DEFINER) attacked by a real
+    donto_writer login: a condition vector already filed is never replaced, a statement
+    that names no condition (or no standing statement) gets none, the table takes no
+    direct INSERT or UPDATE, and the login stays an ordinary role."""
+    _load(db, tmp_path, [_batch(1, "March-01-2024", [f"{DEADLINES} ->-> 1,1",
+                                                     f"{EARLY} ->-> 1,2"], 0)])
+    embed_pending(db, progress=False)
+    ids = dict(db.execute("select s.object_lit ->> 'v', x.statement_id from donto.x_standing x "
+                          "join donto.statement s using (statement_id)").fetchall())
+    model = db.execute("select donto.embedding_model_id()").fetchone()[0]
+    state = "select statement_id, model_id, embedding::text from donto.x_standing_condition_vector"
+    before = db.execute(state).fetchall()
+    db.commit()
+    assert len(before) == 1
+    _role, connect = logins()
+    w = connect()
+    vec = "[" + ",".join(["0.5"] * 384) + "]"
+    assert w.execute("select donto.ingest_standing_condition_embeddings(%s, %s, %s)",
+                     (model, [ids[DEADLINES]], [vec])).fetchone()[0] == 0
+    w.commit()
+    for bad in (ids[EARLY], 1):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="naming a condition"):
+            w.execute("select donto.ingest_standing_condition_embeddings(%s, %s, %s)",
+                      (model, [bad], [vec]))
+        w.rollback()
+    for sql in ("insert into donto.x_standing_condition_vector values (%s, %s, %s::vector)",
+                "update donto.x_standing_condition_vector set embedding = %s::vector "
+                "where statement_id = %s and model_id = %s"):
+        args = (ids[EARLY], model, vec) if sql.startswith("insert") else (
+            vec, ids[DEADLINES], model)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            w.execute(sql, args)
+        w.rollback()
+    assert not w.execute("select rolsuper from pg_roles where rolname = session_user"
+                         ).fetchone()[0]
+    assert db.execute(state).fetchall() == before
+
+
 def test_bad_input_is_refused(db, tmp_path) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="no revision"):
         db.execute("select donto.project_standing(999999)")
