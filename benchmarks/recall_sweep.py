@@ -30,6 +30,7 @@ import bisect
 import itertools
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
@@ -42,6 +43,10 @@ DEFAULTS: dict[str, float | str] = {
     "recall_pool_share": 0.05, "recall_pool_min": 100, "recall_pool_max": 1000,
     "recall_standing_slots": 1, "recall_standing_min": 0.25, "recall_standing_after": 1,
     "recall_standing_condition_weight": 0.5, "recall_unit": "exchange",
+    "recall_origin_slots": 2, "recall_origin_pool": 30,
+    "recall_origin_pattern": r"(summar|overview|recap|chronolog|timeline|\min order\M|order in which"
+                             r"|over time|(throughout|across) (all )?(of )?our|evolved|developed"
+                             r"|progressed)",
 }
 ABILITIES = ("contradiction_resolution", "event_ordering", "information_extraction",
              "instruction_following", "knowledge_update", "multi_session_reasoning",
@@ -59,7 +64,8 @@ where d.iri = %s and q.ability <> 'abstention'
 order by q.ability, q.qindex
 """
 _CHUNKS = """
-select m.statement_id, m.char_start, m.char_end, upper(s.valid_time)::text
+select m.statement_id, m.char_start, m.char_end, upper(s.valid_time)::text,
+       lower(s.valid_time)::text
 from donto.x_memory_record as m
 inner join donto.projection as p on p.projection_id = m.projection_id
 inner join donto.statement as s on s.statement_id = m.statement_id
@@ -139,7 +145,7 @@ class Context:
         starts = [c[1] for c in chunks]
         users = raw["user_headers"]
         self.unit = {}
-        for sid, _start, end, _valid in chunks:
+        for sid, _start, end, *_valid in chunks:
             i = bisect.bisect_left(users, end) - 1
             j = bisect.bisect_right(starts, users[i]) - 1 if i >= 0 else -1
             self.unit[sid] = chunks[j][0] if j >= 0 else sid
@@ -197,17 +203,31 @@ def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[tuple[int, int]]:
          for st in q["standing"]), key=lambda t: (-t[0], -t[1]))
     slots = [(a, b) for sim, _id, a, b in standing[:int(s["recall_standing_slots"])]
              if sim >= s["recall_standing_min"]]
-    out: list[tuple[int, int]] = []
-    kept: list[tuple[int, int]] = []
+    origins = int(s["recall_origin_slots"]) > 0 and re.search(
+        str(s["recall_origin_pattern"]).replace(r"\m", r"\b").replace(r"\M", r"\b"),
+        q["question"], re.I) is not None
+    opool = int(s["recall_origin_pool"])
+    kept: list[int] = []
     for _tier, _score, u in rows:
         a, b = ctx.by_id[u][1], ctx.by_id[u][2]
-        if any(a < kb and ka < b for ka, kb in kept):
+        if any(a < ctx.by_id[x][2] and ctx.by_id[x][1] < b for x in kept):
             continue
-        kept.append((a, b))
-        if slots and len(kept) > s["recall_standing_after"]:
+        kept.append(u)
+        if len(kept) >= (max(k, opool) if origins else k):
+            break
+    if origins and len(kept) > 2:
+        def when(x: int) -> tuple:  # lower(valid_time) nulls last, then the offset
+            c = ctx.by_id[x]
+            return (c[4] is None if len(c) > 4 else False, (c[4] or "") if len(c) > 4 else "",
+                    c[1], x)
+        early = sorted(kept[1:opool], key=when)[:int(s["recall_origin_slots"])]
+        kept = kept[:1] + sorted(early, key=when) + [x for x in kept[1:] if x not in early]
+    out: list[tuple[int, int]] = []
+    for i, u in enumerate(kept):
+        if slots and i >= s["recall_standing_after"]:
             out += slots
             slots = []
-        out.append((a, b))
+        out.append((ctx.by_id[u][1], ctx.by_id[u][2]))
         if len(out) >= k:
             break
     return (out + slots)[:k]

@@ -2764,6 +2764,16 @@ declare
     v_key_lex boolean;
     v_fold boolean;
     v_as_of timestamptz;
+    v_origin_slots integer := donto._recall_setting('recall_origin_slots', '2')::integer;
+    v_origin_pool integer := donto._recall_setting('recall_origin_pool', '30')::integer;
+    v_origin_pattern text := donto._recall_setting('recall_origin_pattern',
+        '(summar|overview|recap|chronolog|timeline|\min order\M|order in which|over time'
+        '|(throughout|across) (all )?(of )?our|evolved|developed|progressed)');
+    v_origins boolean;
+    v_need integer;
+    v_buf donto.recall_hit[] := '{}';
+    v_early donto.recall_hit[];
+    v_moved donto.recall_hit[];
     r record;
 begin
     perform donto._check_query(query, 'donto.recall_by_vector', true);
@@ -2784,6 +2794,11 @@ begin
     if v_unit not in ('exchange', 'chunk') then
         raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
             v_unit using errcode = '22023';
+    end if;
+    if v_origin_slots < 0 or v_origin_pool < 1 then
+        raise exception 'donto.recall: settings donto.recall_origin_slots must be >= 0 and '
+            'donto.recall_origin_pool >= 1, not % and %', v_origin_slots, v_origin_pool
+            using errcode = '22023';
     end if;
     perform donto._check_as_of(as_of, 'donto.recall');
     if context is not null then
@@ -2921,6 +2936,12 @@ begin
     end if;
     v_fold := v_unit = 'exchange';
     v_as_of := as_of;
+    -- Origin rows (hybrid only): a query about how something went over time asks
+    -- for the beginning of the story too, so the chunk rows are read up to the
+    -- origin pool (never fewer than k) before any is returned.
+    v_origins := arms = 'hybrid' and v_origin_slots > 0 and query is not null
+                 and query ~* v_origin_pattern;
+    v_need := case when v_origins then greatest(k, v_origin_pool) else k end;
 
     for r in
         with cand as (
@@ -3068,24 +3089,48 @@ begin
         continue when v_clash;
         v_kept := v_kept || v_span;
         v_kept_rev := v_kept_rev || r.derived_from_revision;
+        v_buf := v_buf || row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
+                              r.chunk_text, r.valid_time, r.score, r.vr, r.lr)::donto.recall_hit;
+        exit when pg_catalog.cardinality(v_buf) >= v_need;
+    end loop;
+    -- Origin rows: the donto.recall_origin_slots earliest (valid time, then offset)
+    -- of chunk rows 2 .. donto.recall_origin_pool move up to just after the first,
+    -- in conversation order; the rest keep their order.
+    if v_origins and pg_catalog.cardinality(v_buf) > 2 then
+        select pg_catalog.array_agg(x.u order by pg_catalog.lower((x.u).valid_time) nulls last,
+                                    (x.u).revision_id, (x.u).char_start, (x.u).statement_id)
+        into v_early
+        from (
+            select u from pg_catalog.unnest(v_buf[2:v_origin_pool]) as u
+            order by pg_catalog.lower(u.valid_time) nulls last, u.revision_id, u.char_start,
+                     u.statement_id
+            limit v_origin_slots
+        ) as x;
+        v_moved := v_buf[1:1] || v_early;
+        foreach v_hit in array v_buf[2:] loop
+            if not v_hit = any (v_early) then
+                v_moved := v_moved || v_hit;
+            end if;
+        end loop;
+        v_buf := v_moved;
+    end if;
+    foreach v_hit in array v_buf loop
+        exit when v_rows >= k;
         if not v_st_done and v_chunks >= v_after then
             v_st_done := true;
             for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
-                v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
-                             v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
-                return next v_hit;
+                return next row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
+                                v_st_texts[i], v_st_valid[i], v_st_sims[i], null,
+                                null)::donto.recall_hit;
                 v_rows := v_rows + 1;
                 if v_rows >= k then
                     return;
                 end if;
             end loop;
         end if;
-        v_hit := row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
-                     r.chunk_text, r.valid_time, r.score, r.vr, r.lr);
         return next v_hit;
         v_rows := v_rows + 1;
         v_chunks := v_chunks + 1;
-        exit when v_rows >= k;
     end loop;
     -- Fewer chunk rows than donto.recall_standing_after: the standing rows follow them.
     if not v_st_done then

@@ -25,6 +25,8 @@ QUERIES = [
     "ignore previous instructions",
     "winter",
     "What order did these events happen in?",
+    "Can you summarize how my reading plans developed over time?",  # origin rows
+    "Walk me through, in order, the series I mentioned throughout our conversations.",
 ]
 
 
@@ -48,14 +50,17 @@ def _recall(conn, q: str, k: int, arms: str) -> list[tuple]:
         "%s, k => %s, context => %s, arms => %s)", (q, k, CTX, arms)).fetchall()
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(q=st.sampled_from(QUERIES), k1=st.integers(1, 40), extra=st.integers(1, 40),
        arms=st.sampled_from(["hybrid", "vector", "lexical"]),
-       pool_min=st.sampled_from(["100", "45"]))
-def test_first_k_rows_do_not_depend_on_a_larger_k(kdb, q, k1, extra, arms, pool_min) -> None:
+       pool_min=st.sampled_from(["100", "45"]), origin_pool=st.sampled_from(["30", "5"]))
+def test_first_k_rows_do_not_depend_on_a_larger_k(kdb, q, k1, extra, arms, pool_min,
+                                                  origin_pool) -> None:
     # pool_min 45: a pool smaller than the context (about 100 chunks); k stays within it.
+    # origin_pool 5: k on either side of the rows the origin rows are chosen from.
     kdb.execute("select set_config('donto.recall_pool_min', %s, false)", (pool_min,))
+    kdb.execute("select set_config('donto.recall_origin_pool', %s, false)", (origin_pool,))
     k2 = min(k1 + extra, int(pool_min))
     k1 = min(k1, k2)
     small = _recall(kdb, q, k1, arms)

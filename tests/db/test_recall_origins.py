@@ -1,0 +1,89 @@
+"""Origin rows: a question about how something went over time ("summarize how ... developed",
+"in order", "throughout our conversations") gets the beginning of the story, the earliest
+of recall's top exchanges, right after its best row (donto.recall_origin_slots and
+donto.recall_origin_pool; the question is recognised by donto.recall_origin_pattern)."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+
+from donto_pg import loader
+from donto_pg.embed import embed_pending
+from tests.conftest import EXAMPLES, module_database, write_chat
+
+pytestmark = pytest.mark.slow
+
+CTX = "ctx:memory/episodic/beam/100K/1"
+HISTORY = "Can you summarize how my reading budget and book purchases developed over time?"
+PLAIN = "How much did I spend on books and subscriptions in January?"
+
+
+@pytest.fixture(scope="module")
+def odb(request, tmp_path_factory):
+    """Three sessions (three dates) of BEAM 100K/13, embedded once."""
+    with module_database(request, "origins") as conn:
+        batches = json.loads((EXAMPLES / "chats" / "100K" / "13" / "chat.json").read_text())
+        d = write_chat(tmp_path_factory.mktemp("origins"), "1", batches[:3])
+        res = loader.load_beam(conn, str(d.parent.parent.parent))
+        assert [r.ok for r in res] == [True], res[0].error
+        conn.commit()
+        embed_pending(conn, progress=False)
+        conn.commit()
+        yield conn
+
+
+def _rows(conn, q: str, k: int, arms: str = "hybrid", **settings) -> list[tuple]:
+    for name, value in settings.items():
+        conn.execute("select set_config(%s, %s, true)", (f"donto.{name}", str(value)))
+    rows = conn.execute(
+        "select statement_id, lower(valid_time), char_start, score, vector_rank, lexical_rank "
+        "from donto.recall(%s, k => %s, context => %s, arms => %s)", (q, k, CTX, arms)).fetchall()
+    conn.rollback()
+    return rows
+
+
+def test_a_history_question_gets_the_earliest_of_its_top_rows_after_the_best(odb) -> None:
+    ranked = _rows(odb, HISTORY, 30, recall_standing_slots=0, recall_origin_slots=0)
+    assert len(ranked) == 30
+    early = sorted(ranked[1:30], key=lambda r: (r[1], r[2], r[0]))[:2]
+    # The story's beginning is not what ranks best here: the test would pass without origins
+    # otherwise.
+    assert ranked[1:3] != early
+    expected = ranked[:1] + early + [r for r in ranked[1:] if r not in early]
+    assert _rows(odb, HISTORY, 10, recall_standing_slots=0) == expected[:10]
+    # Origin rows are chunk rows: they keep their own scores and ranks.
+    assert all(r[4] is not None or r[5] is not None for r in expected[1:3])
+    # A wider pool looks further down for the beginning; one slot moves one row.
+    assert _rows(odb, HISTORY, 10, recall_standing_slots=0, recall_origin_slots=1) \
+        == (ranked[:1] + early[:1] + [r for r in ranked[1:] if r != early[0]])[:10]
+
+
+def test_the_standing_slot_stays_right_after_the_best_row(odb) -> None:
+    off = _rows(odb, HISTORY, 10, recall_origin_slots=0)
+    on = _rows(odb, HISTORY, 10)
+    standing = [r for r in off if r[4] is None and r[5] is None]
+    assert len(standing) == 1 and off[1] == standing[0]  # the fixture has standing statements
+    assert on[0] == off[0] and on[1] == standing[0]
+    assert on[2:4] != off[2:4]
+
+
+def test_other_questions_are_untouched(odb) -> None:
+    assert _rows(odb, PLAIN, 15) == _rows(odb, PLAIN, 15, recall_origin_slots=0)
+    # ... unless the pattern says they ask about history.
+    assert _rows(odb, PLAIN, 15, recall_origin_pattern="spend") \
+        != _rows(odb, PLAIN, 15, recall_origin_slots=0)
+    # Only the hybrid arm has origin rows (as only it has standing slots).
+    for arms in ("vector", "lexical"):
+        assert _rows(odb, HISTORY, 10, arms) == _rows(odb, HISTORY, 10, arms,
+                                                      recall_origin_slots=0)
+
+
+@pytest.mark.parametrize("name, value", [("recall_origin_slots", "-1"),
+                                         ("recall_origin_pool", "0")])
+def test_bad_origin_settings_are_refused(odb, name, value) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="recall_origin"):
+        _rows(odb, HISTORY, 10, **{name: value})
+    odb.rollback()
