@@ -43,7 +43,7 @@ DEFAULTS: dict[str, float | str] = {
     "recall_pool_share": 0.05, "recall_pool_min": 100, "recall_pool_max": 1000,
     "recall_standing_slots": 1, "recall_standing_min": 0.25, "recall_standing_after": 1,
     "recall_standing_condition_weight": 0.5, "recall_unit": "exchange",
-    "recall_origin_slots": 2, "recall_origin_pool": 30,
+    "recall_origin_slots": 1, "recall_origin_pool": 50,
     "recall_origin_pattern": r"(summar|overview|recap|chronolog|timeline|\min order\M|order in which"
                              r"|over time|(throughout|across) (all )?(of )?our|evolved|developed"
                              r"|progressed)",

@@ -2687,6 +2687,16 @@ against k. Such a row has the standing statement's id, revision and char span
 similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
 at least one rank). Standing statements need vectors (donto.embed_standing).
 
+Origin rows (ARMS 'hybrid' only): a query about how something went over time
+(it matches donto.recall_origin_pattern, case-insensitive: "summary", "in
+order", "over time", "throughout our conversations", "developed", ...) asks
+for the beginning of the story as well as its best-matching parts. Of chunk
+rows 2 .. donto.recall_origin_pool (default 50) the donto.recall_origin_slots
+(default 1; 0: none) earliest (valid time, then offset) move up to just after
+the first chunk row (and the standing rows), in conversation order; the other
+rows keep their order. They are ordinary chunk rows, with their own scores and
+ranks, so scores need not fall row by row.
+
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
 that starts before the chunk ends and the reply after it, and is replaced by
@@ -2764,8 +2774,8 @@ declare
     v_key_lex boolean;
     v_fold boolean;
     v_as_of timestamptz;
-    v_origin_slots integer := donto._recall_setting('recall_origin_slots', '2')::integer;
-    v_origin_pool integer := donto._recall_setting('recall_origin_pool', '30')::integer;
+    v_origin_slots integer := donto._recall_setting('recall_origin_slots', '1')::integer;
+    v_origin_pool integer := donto._recall_setting('recall_origin_pool', '50')::integer;
     v_origin_pattern text := donto._recall_setting('recall_origin_pattern',
         '(summar|overview|recap|chronolog|timeline|\min order\M|order in which|over time'
         '|(throughout|across) (all )?(of )?our|evolved|developed|progressed)');
