@@ -44,9 +44,9 @@ DEFAULTS: dict[str, float | str] = {
     "recall_standing_slots": 1, "recall_standing_min": 0.25, "recall_standing_after": 1,
     "recall_standing_condition_weight": 0.5, "recall_unit": "exchange",
     "recall_origin_slots": 1, "recall_origin_pool": 50,
-    "recall_origin_pattern": r"(summar|overview|recap|chronolog|timeline|\min order\M|order in which"
-                             r"|over time|(throughout|across) (all )?(of )?our|evolved|developed"
-                             r"|progressed)",
+    "recall_origin_pattern": r"(summar|overview|recap|chronolog|timeline|\min order\M"
+                             r"|order in which|over time|(throughout|across) (all )?(of )?our"
+                             r"|evolved|developed|progressed)",
 }
 ABILITIES = ("contradiction_resolution", "event_ordering", "information_extraction",
              "instruction_following", "knowledge_update", "multi_session_reasoning",

@@ -158,6 +158,23 @@ def module_database(request: pytest.FixtureRequest, suffix: str) -> Iterator[psy
             conn.close()
 
 
+@contextmanager
+def embedded_module_database(request: pytest.FixtureRequest, tmp_path_factory, suffix: str,
+                             batches) -> Iterator[psycopg.Connection]:
+    """module_database with BATCHES loaded as BEAM 100K/1 (no questions) and embedded once."""
+    from donto_pg import loader
+    from donto_pg.embed import embed_pending
+
+    with module_database(request, suffix) as conn:
+        d = write_chat(tmp_path_factory.mktemp(suffix), "1", batches)
+        res = loader.load_beam(conn, str(d.parent.parent.parent))
+        assert [r.ok for r in res] == [True], res[0].error
+        conn.commit()
+        embed_pending(conn, progress=False)
+        conn.commit()
+        yield conn
+
+
 def write_chat(root: Path, cid: str, batches, questions="{}", scale: str = "100K") -> Path:
     """A BEAM conversation directory root/chats/SCALE/CID: chat.json (BATCHES, a value or
     JSON text) and probing_questions/probing_questions.json (QUESTIONS, a value or JSON

@@ -8,11 +8,9 @@ import math
 import psycopg
 import pytest
 
-from donto_pg import loader
 from donto_pg.core.payload import Hit, build_payload, default_chunk_tokens
 from donto_pg.core.tokens import count_json_tokens, count_tokens, render_json
-from donto_pg.embed import embed_pending
-from tests.conftest import EXAMPLES, module_database, write_chat
+from tests.conftest import EXAMPLES, embedded_module_database
 
 pytestmark = pytest.mark.slow
 
@@ -54,13 +52,7 @@ def _chat() -> list[dict]:
 @pytest.fixture(scope="module")
 def pdb(request, tmp_path_factory):
     """One database per module (a clone of the migrated template) with the chat embedded."""
-    with module_database(request, "payload") as conn:
-        d = write_chat(tmp_path_factory.mktemp("payload"), "1", _chat())
-        res = loader.load_beam(conn, str(d.parent.parent.parent))
-        assert [r.ok for r in res] == [True], res[0].error
-        conn.commit()
-        embed_pending(conn, progress=False)
-        conn.commit()
+    with embedded_module_database(request, tmp_path_factory, "payload", _chat()) as conn:
         yield conn
 
 

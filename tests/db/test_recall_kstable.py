@@ -9,9 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from donto_pg import loader
-from donto_pg.embed import embed_pending
-from tests.conftest import EXAMPLES, module_database, write_chat
+from tests.conftest import EXAMPLES, embedded_module_database
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +31,8 @@ QUERIES = [
 @pytest.fixture(scope="module")
 def kdb(request, tmp_path_factory):
     """Three sessions of BEAM 100K/13 (real dialogue, ~100 chunks), embedded once."""
-    with module_database(request, "kstable") as conn:
-        batches = json.loads((EXAMPLES / "chats" / "100K" / "13" / "chat.json").read_text())
-        d = write_chat(tmp_path_factory.mktemp("kstable"), "1", batches[:3])
-        res = loader.load_beam(conn, str(d.parent.parent.parent))
-        assert [r.ok for r in res] == [True], res[0].error
-        conn.commit()
-        embed_pending(conn, progress=False)
-        conn.commit()
+    batches = json.loads((EXAMPLES / "chats" / "100K" / "13" / "chat.json").read_text())
+    with embedded_module_database(request, tmp_path_factory, "kstable", batches[:3]) as conn:
         yield conn
 
 

@@ -10,9 +10,7 @@ import json
 import psycopg
 import pytest
 
-from donto_pg import loader
-from donto_pg.embed import embed_pending
-from tests.conftest import EXAMPLES, module_database, write_chat
+from tests.conftest import EXAMPLES, embedded_module_database
 
 pytestmark = pytest.mark.slow
 
@@ -24,14 +22,8 @@ PLAIN = "How much did I spend on books and subscriptions in January?"
 @pytest.fixture(scope="module")
 def odb(request, tmp_path_factory):
     """Three sessions (three dates) of BEAM 100K/13, embedded once."""
-    with module_database(request, "origins") as conn:
-        batches = json.loads((EXAMPLES / "chats" / "100K" / "13" / "chat.json").read_text())
-        d = write_chat(tmp_path_factory.mktemp("origins"), "1", batches[:3])
-        res = loader.load_beam(conn, str(d.parent.parent.parent))
-        assert [r.ok for r in res] == [True], res[0].error
-        conn.commit()
-        embed_pending(conn, progress=False)
-        conn.commit()
+    batches = json.loads((EXAMPLES / "chats" / "100K" / "13" / "chat.json").read_text())
+    with embedded_module_database(request, tmp_path_factory, "origins", batches[:3]) as conn:
         yield conn
 
 
