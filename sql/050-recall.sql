@@ -1308,8 +1308,8 @@ begin
         -- Sorted by tier and score first, without the statements; the statements are
         -- read, and ties in the score broken, as the loop below reads rows (an
         -- incremental sort, one group of equal scores at a time): the loop stops at k
-        -- rows, so most units' statements are never read, and tier 1 only when tier 0
-        -- fell short.
+        -- rows (the origin pool's, for a history question), so most units' statements
+        -- are never read, and tier 1 only when tier 0 fell short.
         select
             s.statement_id, s.derived_from_revision, s.char_start, s.char_end,
             s.object_lit ->> 'v' as chunk_text, s.valid_time, q.score,
