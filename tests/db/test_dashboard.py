@@ -536,8 +536,10 @@ def test_server_refuses_foreign_hosts_and_serves_a_static_page(db) -> None:
 def test_run_serves_until_interrupted(db) -> None:
     """dashboard.run (the CLI's blocking server) prints its URL and stops on Ctrl-C."""
     port = free_port()
-    code = ("import sys; from donto_pg import dashboard; "
-            "dashboard.run(sys.argv[1], int(sys.argv[2]))")
+    # Ctrl-C as in a terminal: a shell without job control (CI, `cmd &`) starts its
+    # background commands with SIGINT ignored, and a child would inherit that.
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from donto_pg import dashboard; dashboard.run(sys.argv[1], int(sys.argv[2]))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     proc = subprocess.Popen([sys.executable, "-c", code, reader_dsn(db), str(port)], env=env,
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
