@@ -145,7 +145,7 @@ class Context:
         starts = [c[1] for c in chunks]
         users = raw["user_headers"]
         self.unit = {}
-        for sid, _start, end, *_valid in chunks:
+        for sid, _start, end, _upper, _lower in chunks:
             i = bisect.bisect_left(users, end) - 1
             j = bisect.bisect_right(starts, users[i]) - 1 if i >= 0 else -1
             self.unit[sid] = chunks[j][0] if j >= 0 else sid
@@ -218,8 +218,7 @@ def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[tuple[int, int]]:
     if origins and len(kept) > 2:
         def when(x: int) -> tuple:  # lower(valid_time) nulls last, then the offset
             c = ctx.by_id[x]
-            return (c[4] is None if len(c) > 4 else False, (c[4] or "") if len(c) > 4 else "",
-                    c[1], x)
+            return (c[4] is None, c[4] or "", c[1], x)
         early = sorted(kept[1:opool], key=when)[:int(s["recall_origin_slots"])]
         kept = kept[:1] + sorted(early, key=when) + [x for x in kept[1:] if x not in early]
     out: list[tuple[int, int]] = []

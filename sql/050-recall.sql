@@ -1003,8 +1003,6 @@ declare
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
-    v_kept int8range[] := '{}';
-    v_kept_rev bigint[] := '{}';
     v_span int8range;
     v_clash boolean;
     v_hit donto.recall_hit;
@@ -1333,15 +1331,14 @@ begin
         -- Leave out a chunk that overlaps a better one of the same revision.
         v_span := pg_catalog.int8range(r.char_start, r.char_end);
         v_clash := false;
-        for i in 1 .. pg_catalog.cardinality(v_kept) loop
-            if v_kept_rev[i] = r.derived_from_revision and v_kept[i] && v_span then
+        for i in 1 .. pg_catalog.cardinality(v_buf) loop
+            if v_buf[i].revision_id = r.derived_from_revision
+               and pg_catalog.int8range(v_buf[i].char_start, v_buf[i].char_end) && v_span then
                 v_clash := true;
                 exit;
             end if;
         end loop;
         continue when v_clash;
-        v_kept := v_kept || v_span;
-        v_kept_rev := v_kept_rev || r.derived_from_revision;
         v_buf := v_buf || row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
                               r.chunk_text, r.valid_time, r.score, r.vr, r.lr)::donto.recall_hit;
         exit when pg_catalog.cardinality(v_buf) >= v_need;
