@@ -15,8 +15,10 @@ question's context: chunk vectors (exact cosine), chunk words (``donto._recall_l
 recall keys by vector and by words (``donto._recall_keys``), and every standing statement in
 force with the cosine of its vector and of its condition's; plus the context's chunks and
 turns. ``sweep`` fuses them as ``donto.recall_by_vector`` does (exchange folding, the four
-weighted RRF terms, tier 1, overlaps, ties to the later valid time, the standing slots) and
-prints hit@1/5/10 per ability, hit@k defined as in ``donto_pg.evaluate``. ``check`` asks
+weighted RRF terms, tier 1, overlaps, ties to the later valid time, the standing block, the
+origin rows) and
+prints hit@1/5/10 per ability, hit@k defined as in ``donto_pg.evaluate`` (over places: the
+standing block is one). ``check`` asks
 ``donto.recall`` with the defaults and says whether every first-hit rank agrees: run it
 after any change to ``donto.recall_by_vector``. The replica covers contexts searched
 exactly (at most ``recall_exact_max``, 10,000 chunks); HNSW contexts are approximate.
@@ -36,12 +38,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from donto_pg import db as dbmod
+from donto_pg.evaluate import places
 
 DEFAULTS: dict[str, float | str] = {
     "recall_vector_weight": 1.0, "recall_lexical_weight": 1.0, "recall_key_weight": 0.5,
     "recall_key_lexical_weight": 0.5, "recall_key_lexical_max": 2500, "recall_rrf_k": 10,
     "recall_pool_share": 0.05, "recall_pool_min": 100, "recall_pool_max": 1000,
-    "recall_standing_slots": 1, "recall_standing_min": 0.25, "recall_standing_after": 1,
+    "recall_standing_slots": 8, "recall_standing_chars": 1200, "recall_standing_min": 0.25,
+    "recall_standing_after": 1,
     "recall_standing_condition_weight": 0.5, "recall_unit": "exchange",
     "recall_origin_slots": 1, "recall_origin_pool": 50,
     "recall_origin_pattern": r"(summar|overview|recap|chronolog|timeline|\min order\M"
@@ -156,8 +160,9 @@ def _later_first(valid: str | None) -> tuple:
     return (1, "") if valid is None else (0, "".join(chr(0x10FFFF - ord(c)) for c in valid))
 
 
-def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[tuple[int, int]]:
-    """The spans of the top K rows donto.recall_by_vector returns (hybrid arm)."""
+def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[list[tuple[int, int]]]:
+    """The spans of the top K places donto.recall_by_vector returns (hybrid arm): a chunk
+    row's span, or the standing block's spans."""
     pool = max(k, min(int(s["recall_pool_max"]), max(int(s["recall_pool_min"]),
                                                      math.ceil(s["recall_pool_share"] * ctx.n))))
     w = [s["recall_vector_weight"], s["recall_lexical_weight"], s["recall_key_weight"],
@@ -201,8 +206,13 @@ def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[tuple[int, int]]:
     standing = sorted(
         ((st[3] if st[4] is None else (1 - cw) * st[3] + cw * st[4], st[0], st[1], st[2])
          for st in q["standing"]), key=lambda t: (-t[0], -t[1]))
-    slots = [(a, b) for sim, _id, a, b in standing[:int(s["recall_standing_slots"])]
-             if sim >= s["recall_standing_min"]]
+    block: list[tuple[int, int]] = []
+    used = 0
+    for sim, _id, a, b in standing[:int(s["recall_standing_slots"])]:
+        used += b - a
+        if sim < s["recall_standing_min"] or used > s["recall_standing_chars"]:
+            break
+        block.append((a, b))
     origins = int(s["recall_origin_slots"]) > 0 and re.search(
         str(s["recall_origin_pattern"]).replace(r"\m", r"\b").replace(r"\M", r"\b"),
         q["question"], re.I) is not None
@@ -221,20 +231,18 @@ def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[tuple[int, int]]:
             return (c[4] is None, c[4] or "", c[1], x)
         early = sorted(kept[1:opool], key=when)[:int(s["recall_origin_slots"])]
         kept = kept[:1] + sorted(early, key=when) + [x for x in kept[1:] if x not in early]
-    out: list[tuple[int, int]] = []
+    out: list[list[tuple[int, int]]] = []
     for i, u in enumerate(kept):
-        if slots and i >= s["recall_standing_after"]:
-            out += slots
-            slots = []
-        out.append((ctx.by_id[u][1], ctx.by_id[u][2]))
-        if len(out) >= k:
-            break
-    return (out + slots)[:k]
+        if block and i >= s["recall_standing_after"]:
+            out.append(block)
+            block = []
+        out.append([(ctx.by_id[u][1], ctx.by_id[u][2])])
+    return (out + ([block] if block else []))[:k]
 
 
-def first_hit(q: dict, spans: list[tuple[int, int]]) -> int | None:
-    return next((i for i, (a, b) in enumerate(spans, 1)
-                 if any(a < ge and gs < b for _t, gs, ge in q["gold"])), None)
+def first_hit(q: dict, places: list[list[tuple[int, int]]]) -> int | None:
+    return next((i for i, spans in enumerate(places, 1)
+                 if any(a < ge and gs < b for a, b in spans for _t, gs, ge in q["gold"])), None)
 
 
 def evaluate(data: dict, settings: dict, conversations: set[str] | None = None) -> dict:
@@ -267,9 +275,10 @@ def check(conn, data: dict, settings: dict | None = None) -> list[int]:
         conv = q["conversation"]
         ctx = conn.execute("select donto.recall_context_iri(%s)",
                            (conv if ":" in conv else f"beam:{conv}",)).fetchone()[0]
-        rows = conn.execute("select char_start, char_end from donto.recall(%s, k => 10, "
-                            "context => %s)", (q["question"], ctx)).fetchall()
-        if first_hit(q, rows) != mine[q["id"]]:
+        rows = conn.execute("select char_start, char_end, vector_rank, lexical_rank "
+                            "from donto.recall(%s, k => 10, context => %s)",
+                            (q["question"], ctx)).fetchall()
+        if first_hit(q, [[r[:2] for r in p] for p in places(rows)]) != mine[q["id"]]:
             differ.append(q["id"])
     for name in settings:
         conn.execute(f"reset donto.{name}")

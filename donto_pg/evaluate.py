@@ -11,12 +11,16 @@ against the gold turns (``donto.question_gold_span``):
   ``turn.start < chunk.end``). Chunks are line-respecting and the prefix sits on
   the turn's first line, so this equals content overlap except when a window
   cuts a line longer than itself;
-* ``hit@k`` is 1 when any of the top-k chunks hits any gold turn of the
+* recall's rows are counted in the *places* they take (``places``): every chunk
+  row is one, and the standing block (consecutive standing rows of the hybrid
+  arm, together at most one chunk's worth of text) is one, as in
+  ``donto.recall``'s k; a place hits when any of its rows does;
+* ``hit@k`` is 1 when any of the top-k places hits any gold turn of the
   question (for event_ordering and multi_session_reasoning: any of their
   groups); knowledge_update gold is the UPDATED turn only (the superseded
   ``stale`` turns never count);
 * ``turn_recall@k`` is the fraction of the question's distinct gold turns hit
-  by the top-k chunks (the useful figure for summarization, whose gold covers
+  by the top-k places (the useful figure for summarization, whose gold covers
   many turns);
 * abstention questions have no gold by design and are left out; other
   questions without a gold turn are left out and counted (``no_gold``);
@@ -66,7 +70,7 @@ order by s.statement_id
 """
 
 _RECALL = """
-select revision_id, char_start, char_end
+select revision_id, char_start, char_end, vector_rank, lexical_rank
 from donto.recall(%s, k => %s, context => %s, arms => %s, pool => %s, model => %s)
 """
 
@@ -78,20 +82,32 @@ def _document_iris(conversations: Iterable[str] | None) -> list[str] | None:
     return [c if ":" in c else f"beam:{c}" for c in conversations]
 
 
-def _hits(chunks: Sequence[tuple[int, int, int]], revision: int | set[int],
+def places(rows: Sequence[tuple]) -> list[list[tuple]]:
+    """Recall ROWS (ending in vector_rank, lexical_rank) grouped into the places of k they
+    take: each chunk row is one, and so is the standing block, the consecutive rows with
+    both ranks null (a chunk row always has one)."""
+    out: list[list[tuple]] = []
+    for row in rows:
+        standing = row[-2] is None and row[-1] is None
+        if standing and out and out[-1][-1][-2] is None and out[-1][-1][-1] is None:
+            out[-1].append(row)
+        else:
+            out.append([row])
+    return out
+
+
+def _hits(chunks: Sequence[Sequence[tuple]], revision: int | set[int],
           gold: Sequence[tuple[int, int, int]]) -> list[set[int]]:
-    """For each chunk in rank order, the gold turn ids it overlaps.
+    """For each place in rank order (its rows' revision, start and end first), the gold
+    turn ids its rows overlap.
 
     REVISION may be a set: the question's revision with those it extends and those that
     extend it (``donto.revision_lineage``): a chunk kept from an earlier revision of a
     conversation that grew is a chunk of the later one, at the same offsets.
     """
     revisions = revision if isinstance(revision, set) else {revision}
-    out = []
-    for rev, start, end in chunks:
-        out.append({tid for tid, gs, ge in gold
-                    if rev in revisions and start < ge and gs < end})
-    return out
+    return [{tid for rev, start, end, *_ in place for tid, gs, ge in gold
+             if rev in revisions and start < ge and gs < end} for place in chunks]
 
 
 def _score(hits: list[set[int]], n_gold: int, ks: Sequence[int]) -> dict[str, Any]:
@@ -161,14 +177,14 @@ def eval_recall(conn: psycopg.Connection, *, ks: Sequence[int] = (1, 5, 10),
             t0 = time.perf_counter()
             got = conn.execute(_RECALL, (question, kmax, ctx, arm, pool, model)).fetchall()
             seconds[arm] += time.perf_counter() - t0
-            entry["arms"][arm] = _score(_hits(got, lineages[rev], gold), n_gold, ks)
+            entry["arms"][arm] = _score(_hits(places(got), lineages[rev], gold), n_gold, ks)
         if include_random:
             if ctx not in chunk_cache:
                 chunk_cache[ctx] = conn.execute(_CHUNKS, (ctx,)).fetchall()
             chunks = list(chunk_cache[ctx])
             random.Random(f"{seed}:{qid}").shuffle(chunks)
-            entry["arms"][RANDOM] = _score(_hits(chunks[:kmax], lineages[rev], gold),
-                                             n_gold, ks)
+            entry["arms"][RANDOM] = _score(_hits([[c] for c in chunks[:kmax]], lineages[rev],
+                                                 gold), n_gold, ks)
         per_question.append(entry)
         if progress:
             progress(len(per_question), len(todo))

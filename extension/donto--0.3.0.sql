@@ -2676,13 +2676,18 @@ latency: 200 measured no better, BENCHMARKS.md), and never to less than k. It do
 not depend on k otherwise, so the first k rows of a call with a larger k are the
 rows of the call with k (as long as k is at most the pool).
 
-Standing slots (ARMS 'hybrid' only): after the first
+The standing block (ARMS 'hybrid' only): after the first
 donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
 statements in force (donto.standing: not superseded, as of AS_OF) of the
-revisions projected into the context, most similar to the query vector, at
-most donto.recall_standing_slots (default 1) and only those with cosine
-similarity at least donto.recall_standing_min (default 0.25); they count
-against k. Such a row has the standing statement's id, revision and char span
+revisions projected into the context, most similar to the query vector first,
+at most donto.recall_standing_slots (default 8), only those with cosine
+similarity at least donto.recall_standing_min (default 0.25), and as many as
+fit, in that order, in donto.recall_standing_chars characters of statement text
+together (default 1,200: one chunk's worth; a statement that does not fit ends
+the block). The block takes ONE of the k places, as one chunk would: a call
+returns up to k - 1 + (statements in the block) rows. With
+donto.recall_standing_slots = 1 it is one statement in one place (before
+round six). Such a row has the standing statement's id, revision and char span
 (its sentence in the user turn), its text as chunk_text, its valid time, the
 similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
 at least one rank). Standing statements need vectors (donto.embed_standing).
@@ -2740,7 +2745,8 @@ declare
     v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
     v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
     v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '100')::integer;
-    v_slots integer := donto._recall_setting('recall_standing_slots', '1')::integer;
+    v_slots integer := donto._recall_setting('recall_standing_slots', '8')::integer;
+    v_st_chars integer := donto._recall_setting('recall_standing_chars', '1200')::integer;
     v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
     v_chunks integer := 0;
     v_st_done boolean;
@@ -2802,6 +2808,11 @@ begin
     if v_unit not in ('exchange', 'chunk') then
         raise exception 'donto.recall: setting donto.recall_unit must be exchange or chunk, not %',
             v_unit using errcode = '22023';
+    end if;
+    if v_slots < 0 or v_st_chars < 0 then
+        raise exception 'donto.recall: settings donto.recall_standing_slots and '
+            'donto.recall_standing_chars must be >= 0, not % and %', v_slots, v_st_chars
+            using errcode = '22023';
     end if;
     if v_origin_slots < 0 or v_origin_pool < 1 then
         raise exception 'donto.recall: settings donto.recall_origin_slots must be >= 0 and '
@@ -2867,9 +2878,10 @@ begin
         ))::integer::text, true);
     end if;
 
-    -- Standing slots: the standing statements in force most similar to the
-    -- query (hybrid arm only; at most donto.recall_standing_slots), placed after
-    -- the first donto.recall_standing_after chunk rows.
+    -- The standing block: the standing statements in force most similar to the
+    -- query (hybrid arm only; at most donto.recall_standing_slots, together at
+    -- most donto.recall_standing_chars characters), placed after the first
+    -- donto.recall_standing_after chunk rows, taking one of the k places.
     if arms = 'hybrid' and v_slots > 0 then
         select
             pg_catalog.array_agg(x.statement_id order by x.o),
@@ -2880,11 +2892,16 @@ begin
             pg_catalog.array_agg(x.valid_time order by x.o),
             pg_catalog.array_agg(x.similarity order by x.o)
         into v_st_ids, v_st_revs, v_st_starts, v_st_ends, v_st_texts, v_st_valid, v_st_sims
-        from donto._recall_standing(embedding, v_ctx, as_of, v_model, v_slots, v_min_sim)
-            with ordinality as x (
-                statement_id, revision_id, char_start, char_end, statement_text, valid_time,
-                similarity, o
-            );
+        from (
+            select st.*, pg_catalog.sum(pg_catalog.char_length(st.statement_text))
+                             over (order by st.o) as used
+            from donto._recall_standing(embedding, v_ctx, as_of, v_model, v_slots, v_min_sim)
+                with ordinality as st (
+                    statement_id, revision_id, char_start, char_end, statement_text,
+                    valid_time, similarity, o
+                )
+        ) as x
+        where x.used <= v_st_chars;
     end if;
     v_st_done := v_st_ids is null;
     -- Did a projection searched grow (donto._extend_recall)? Only then can a chunk be
@@ -3129,24 +3146,22 @@ begin
                 return next row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
                                 v_st_texts[i], v_st_valid[i], v_st_sims[i], null,
                                 null)::donto.recall_hit;
-                v_rows := v_rows + 1;
-                if v_rows >= k then
-                    return;
-                end if;
             end loop;
+            v_rows := v_rows + 1;  -- the block is one place
+            if v_rows >= k then
+                return;
+            end if;
         end if;
         return next v_hit;
         v_rows := v_rows + 1;
         v_chunks := v_chunks + 1;
     end loop;
-    -- Fewer chunk rows than donto.recall_standing_after: the standing rows follow them.
-    if not v_st_done then
+    -- Fewer chunk rows than donto.recall_standing_after: the standing block follows them.
+    if not v_st_done and v_rows < k then
         for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
-            exit when v_rows >= k;
             v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
                          v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
             return next v_hit;
-            v_rows := v_rows + 1;
         end loop;
     end if;
 end;

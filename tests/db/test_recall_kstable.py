@@ -1,5 +1,6 @@
-"""donto.recall does not depend on k beyond the cut: the first k rows of a call with a larger
-k are the rows of the call with k (property test over queries, sizes, arms and pools)."""
+"""donto.recall does not depend on k beyond the cut: the first k places of a call with a larger
+k are the places of the call with k (property test over queries, sizes, arms and pools). A
+place is a chunk row or the standing block (donto_pg.evaluate.places)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from donto_pg.evaluate import places
 from tests.conftest import EXAMPLES, embedded_module_database
 
 pytestmark = pytest.mark.slow
@@ -55,8 +57,8 @@ def test_first_k_rows_do_not_depend_on_a_larger_k(kdb, q, k1, extra, arms, pool_
     kdb.execute("select set_config('donto.recall_origin_pool', %s, false)", (origin_pool,))
     k2 = min(k1 + extra, int(pool_min))
     k1 = min(k1, k2)
-    small = _recall(kdb, q, k1, arms)
-    large = _recall(kdb, q, k2, arms)
+    small = places(_recall(kdb, q, k1, arms))
+    large = places(_recall(kdb, q, k2, arms))
     if arms != "lexical":  # the lexical arm finds only chunks holding a query word
         assert len(small) == k1 and len(large) == k2
     assert len(small) == min(k1, len(large))

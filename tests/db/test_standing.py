@@ -1,5 +1,5 @@
 """Standing memory on a real server: projection, anchoring, superseding, as_of, recall's
-standing slots, the payload's standing section, readers' access."""
+standing block, the payload's standing section, readers' access."""
 
 from __future__ import annotations
 
@@ -150,42 +150,58 @@ def embedded(db, tmp_path):
     assert report.standing == 3
     assert embed_pending(db, progress=False).standing == 0
     db.execute("set donto.recall_standing_min = '-1'")
-    db.execute("set donto.recall_standing_slots = '2'")  # (default 1) both in force
     return db
 
 
-def test_recall_gives_standing_statements_in_force_in_reserved_slots(embedded) -> None:
-    db = embedded
-    rows = db.execute("select statement_id, chunk_text, vector_rank, lexical_rank "
-                      "from donto.recall('Give me a recipe for lasagna', k => 6, "
-                      "context => %s)", (CTX,)).fetchall()
-    assert len(rows) == 6
+def _recall_rows(db, q: str = "Give me a recipe for lasagna", k: int = 4) -> list[tuple]:
+    return db.execute("select statement_id, chunk_text, vector_rank, lexical_rank "
+                      "from donto.recall(%s, k => %s, context => %s)", (q, k, CTX)).fetchall()
+
+
+def test_recall_gives_standing_statements_in_force_in_one_block(embedded) -> None:
+    db = embedded  # the defaults: up to 8 statements, 1,200 characters
+    rows = _recall_rows(db)
     standing = [r for r in rows if r[2] is None and r[3] is None]
-    assert rows[1:3] == standing  # the slots after the best chunk, null ranks
-    assert {r[1] for r in standing} == {IMPERIAL, VEGGIE}  # never the superseded one
+    chunks = [r for r in rows if r not in standing]
+    # the block (both statements in force, never the superseded one) right after the best
+    # chunk, taking one of the k = 4 places: 3 chunk rows beside it (the chat has 5)
+    assert rows[1:3] == standing and rows[0] == chunks[0]
+    assert {r[1] for r in standing} == {IMPERIAL, VEGGIE}
     assert METRIC not in {r[1] for r in rows}
+    assert len(chunks) == 3 and len(rows) == 5
     db.execute("set donto.recall_standing_after = '0'")
-    first = db.execute("select statement_id, chunk_text, vector_rank, lexical_rank "
-                       "from donto.recall('Give me a recipe for lasagna', k => 6, "
-                       "context => %s)", (CTX,)).fetchall()
-    assert first[:2] == standing and first[2:] == [rows[0], *rows[3:]]
+    first = _recall_rows(db)
+    assert first[:2] == standing and first[2:] == chunks
+    db.execute("reset donto.recall_standing_after")
+    # the block holds what fits in donto.recall_standing_chars, most similar first
+    best = standing[0][1]
+    db.execute("select set_config('donto.recall_standing_chars', %s, false)", (str(len(best)),))
+    assert [r for r in _recall_rows(db) if r[2] is None] == standing[:1]
+    db.execute("select set_config('donto.recall_standing_chars', %s, false)",
+               (str(len(best) - 1),))
+    nothing_fits = _recall_rows(db)
+    assert nothing_fits[:3] == chunks and len(nothing_fits) == 4  # no block: k chunk rows
+    assert all(r[2] is not None or r[3] is not None for r in nothing_fits)
+    db.execute("reset donto.recall_standing_chars")
+    # one statement: one place, as before the block
     db.execute("set donto.recall_standing_slots = '1'")
-    one = db.execute("select vector_rank, lexical_rank from donto.recall("
-                     "'Give me a recipe for lasagna', k => 6, context => %s)", (CTX,)).fetchall()
-    assert one[0] == (None, None) and all(r != (None, None) for r in one[1:])
+    one = _recall_rows(db)
+    assert one[1] == standing[0] and len(one) == 4
+    assert all(r[2] is not None or r[3] is not None for r in one[:1] + one[2:])
+    # k = 1: the best chunk only; k = 2: the block is the second place
+    db.execute("reset donto.recall_standing_slots")
+    assert _recall_rows(db, k=1) == chunks[:1]
+    assert _recall_rows(db, k=2) == [chunks[0], *standing]
     db.execute("set donto.recall_standing_slots = '0'")
-    none = db.execute("select count(*) from donto.recall('Give me a recipe for lasagna', "
-                      "k => 6, context => %s) where vector_rank is null and lexical_rank is null",
-                      (CTX,)).fetchone()[0]
-    assert none == 0
-    db.execute("reset donto.recall_standing_slots")  # the default: one slot
-    default = db.execute("select count(*) from donto.recall('Give me a recipe for lasagna', "
-                         "k => 6, context => %s) where vector_rank is null "
-                         "and lexical_rank is null", (CTX,)).fetchone()[0]
-    assert default == 1
+    assert all(r[2] is not None or r[3] is not None for r in _recall_rows(db))
     lexical = db.execute("select count(*) from donto.recall('recipe', k => 6, context => %s, "
                          "arms => 'lexical') where lexical_rank is null", (CTX,)).fetchone()[0]
     assert lexical == 0
+    for name in ("recall_standing_slots", "recall_standing_chars"):
+        db.execute(f"set donto.{name} = '-1'")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=name):
+            _recall_rows(db)
+        db.rollback()
 
 
 def test_payload_keeps_the_standing_section_until_the_chunks_are_gone(embedded) -> None:
@@ -224,7 +240,6 @@ def test_payload_keeps_the_standing_section_until_the_chunks_are_gone(embedded) 
 def test_readers_read_and_recall_standing_but_cannot_write(embedded, connect) -> None:
     reader = connect("donto_reader")
     reader.execute("set donto.recall_standing_min = '-1'")
-    reader.execute("set donto.recall_standing_slots = '2'")
     texts = [r[0] for r in reader.execute(
         "select statement_text from donto.standing(%s) where superseded_by is null",
         (CTX,)).fetchall()]
@@ -276,6 +291,7 @@ def test_an_instruction_is_found_by_the_questions_it_names(db, tmp_path) -> None
     assert db.execute("select donto._standing_condition(%s), donto._standing_condition(%s)",
                       (DEADLINES, EARLY)).fetchone() == ("deadlines", None)
     db.execute("set donto.recall_standing_min = '-1'")
+    db.execute("set donto.recall_standing_slots = '1'")  # the most similar statement alone
     # Statement vectors only (a database embedded before migration 021): the slot ranks
     # by the whole statements.
     _, model_id, _ = register_model(db, None)
@@ -403,7 +419,6 @@ def test_standing_statements_come_once_after_append_turns(db, tmp_path) -> None:
     rev1 = res.revision_id
     assert embed_pending(db, progress=False).standing == 2
     db.execute("set donto.recall_standing_min = '-1'")
-    db.execute("set donto.recall_standing_slots = '3'")
     q = "Give me a recipe for lasagna"
     before = _recall_standing(db, q)
     assert sorted(r[2] for r in before) == sorted([METRIC, VEGGIE])
