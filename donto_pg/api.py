@@ -155,7 +155,9 @@ def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: b
 def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | None = None,
            as_of: datetime.datetime | None = None, *, document: str | None = None,
            model: str | None = None, arms: str = "hybrid") -> list[Hit]:
-    """The top K recall chunks for QUERY (``donto.recall``: vector and lexical arms, fused).
+    """The top K places of recall for QUERY (``donto.recall``: vector and lexical arms,
+    fused): chunk rows, and with the hybrid arm the standing block (the standing statements
+    that apply, together one place; ``Hit.vector_rank`` and ``lexical_rank`` both None).
 
     CONTEXT is a recall context IRI; DOCUMENT a document IRI (its recall context);
     AS_OF answers as the database knew it then; ARMS is ``vector``, ``lexical`` or

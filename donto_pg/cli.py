@@ -398,7 +398,9 @@ def embed(
 @app.command()
 def recall(
     query: Annotated[str, typer.Argument(help="What to recall.")],
-    k: Annotated[int, typer.Option("--k", "-k", min=1, help="How many chunks.")] = 10,
+    k: Annotated[int, typer.Option(
+        "--k", "-k", min=1,
+        help="How many places: chunks, and the standing block (hybrid) as one.")] = 10,
     conversation: Annotated[str | None, typer.Option(
         "--conversation", "-c", help="Only this BEAM conversation (e.g. 100K/1).")] = None,
     context: Annotated[str | None, typer.Option(help="Only this context IRI.")] = None,
@@ -572,7 +574,8 @@ def eval_recall(
 ) -> None:
     """Hit@k of donto.recall per ability on BEAM probing questions, with a random baseline.
 
-    hit@k = 1 when any of the top-k chunks overlaps a gold turn; abstention is left out;
+    hit@k = 1 when any of the top-k places (chunks; the standing block is one) overlaps a
+    gold turn; abstention is left out;
     summarization also reports the fraction of gold turns hit.
     """
     from donto_pg import evaluate, loader

@@ -2673,8 +2673,9 @@ ceil(donto.recall_pool_share x N) (default 0.05) bounded by
 donto.recall_pool_min and donto.recall_pool_max (defaults 100 and 1,000; on
 the HNSW path donto.recall_pool_max_index, default 100, bounds it instead, for
 latency: 200 measured no better, BENCHMARKS.md), and never to less than k. It does
-not depend on k otherwise, so the first k rows of a call with a larger k are the
-rows of the call with k (as long as k is at most the pool).
+not depend on k otherwise, so the first k places of a call with a larger k are the
+places of the call with k (as long as k is at most the pool): a place is a chunk
+row or the standing block.
 
 The standing block (ARMS 'hybrid' only): after the first
 donto.recall_standing_after chunk rows (default 1; 0: first) come the standing
@@ -7139,7 +7140,7 @@ stable
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-The standing slots of donto.recall: at most P_N standing statements in force
+The standing block of donto.recall: at most P_N standing statements in force
 (not superseded) in the context as of P_AS_OF, most similar to the query
 vector first (similarity at least P_MIN_SIMILARITY; ties to the later
 statement). The similarity is the cosine similarity of the statement's vector

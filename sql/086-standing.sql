@@ -590,7 +590,7 @@ stable
 set search_path to pg_catalog, public, pg_temp
 as $$
 /*
-The standing slots of donto.recall: at most P_N standing statements in force
+The standing block of donto.recall: at most P_N standing statements in force
 (not superseded) in the context as of P_AS_OF, most similar to the query
 vector first (similarity at least P_MIN_SIMILARITY; ties to the later
 statement). The similarity is the cosine similarity of the statement's vector
