@@ -2162,8 +2162,8 @@ fit, in that order, in donto.recall_standing_chars characters of statement text
 together (default 1,200: one chunk's worth; a statement that does not fit ends
 the block). The block takes ONE of the k places, as one chunk would: a call
 returns up to k - 1 + (statements in the block) rows. With
-donto.recall_standing_slots = 1 it is one statement in one place (before
-round six). Such a row has the standing statement's id, revision and char span
+donto.recall_standing_slots = 1 it is one statement in one place (the one
+standing slot before the block). Such a row has the standing statement's id, revision and char span
 (its sentence in the user turn), its text as chunk_text, its valid time, the
 similarity as score, and null VECTOR_RANK and LEXICAL_RANK (every chunk row has
 at least one rank). Standing statements need vectors (donto.embed_standing).
