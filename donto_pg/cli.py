@@ -408,8 +408,14 @@ def recall(
     dsn: DsnOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Recall chunks for a query with donto.recall (the same call works in psql)."""
+    """Recall chunks for a query with donto.recall (the same call works in psql).
+
+    Results are numbered by place: each chunk is one, and with the hybrid arm the standing
+    block (the user's instructions and preferences in force that apply) is one, however
+    many statements it holds. --json gives every row with its "place".
+    """
     from donto_pg import loader
+    from donto_pg.evaluate import places
 
     if len(recall_arms(arms)) != 1:
         raise fail(f"--arms {arms}: recall takes one arm", fix="use vector, lexical or hybrid")
@@ -417,21 +423,24 @@ def recall(
         if conversation:
             context = loader.recall_context(conn, conversation)
         rows = conn.execute(
-            "select statement_id, revision_id, char_start, char_end, score, vector_rank, "
-            "lexical_rank, valid_time::text, chunk_text "
+            "select statement_id, revision_id, char_start, char_end, score, valid_time::text, "
+            "chunk_text, vector_rank, lexical_rank "
             "from donto.recall(%s, k => %s, context => %s, arms => %s)",
             (query, k, context, arms)).fetchall()
-    keys = ["statement_id", "revision_id", "char_start", "char_end", "score", "vector_rank",
-            "lexical_rank", "valid_time", "text"]
-    data = [dict(zip(keys, r, strict=True)) for r in rows]
+    keys = ["statement_id", "revision_id", "char_start", "char_end", "score", "valid_time",
+            "text", "vector_rank", "lexical_rank"]
+    data = [{"place": n, **dict(zip(keys, r, strict=True))}
+            for n, place in enumerate(places(rows), 1) for r in place]
     if as_json:
         out(data, True)
         return
-    for i, d in enumerate(data, 1):
+    for i, d in enumerate(data):
+        number = f"{d['place']:2}." if i == 0 or data[i - 1]["place"] != d["place"] else "   "
+        where = f"[{d['revision_id']}:{d['char_start']}-{d['char_end']}]"
+        how = ("standing, similarity" if d["vector_rank"] is None and d["lexical_rank"] is None
+               else f"(vec {d['vector_rank']}, lex {d['lexical_rank']}) score")
         snippet = " ".join(d["text"].split())[:160]
-        typer.echo(f"{i:2}. [{d['revision_id']}:{d['char_start']}-{d['char_end']}] "
-                   f"score {d['score']:.4f} (vec {d['vector_rank']}, lex {d['lexical_rank']}) "
-                   f"{d['valid_time']}\n    {snippet}")
+        typer.echo(f"{number} {where} {how} {d['score']:.4f} {d['valid_time']}\n    {snippet}")
 
 
 # -- projection B: extraction ---------------------------------------------------------------

@@ -4,13 +4,15 @@ standing block, the payload's standing section, readers' access."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
 import psycopg
 import pytest
 
 from donto_pg import beam, loader
 from donto_pg.embed import embed_pending, embed_standing, register_model
-from tests.conftest import write_chat
+from tests.conftest import run_cli, write_chat
 
 pytestmark = pytest.mark.slow
 
@@ -202,6 +204,26 @@ def test_recall_gives_standing_statements_in_force_in_one_block(embedded) -> Non
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=name):
             _recall_rows(db)
         db.rollback()
+
+
+def test_the_cli_numbers_results_by_place(embedded) -> None:
+    """donto-pg recall: the standing block is one numbered place, its statements labelled."""
+    env = {**os.environ, "PGOPTIONS": "-c donto.recall_standing_min=-1"}
+    args = ("recall", "Give me a recipe for lasagna", "--context", CTX, "--k", "4")
+    r = run_cli(embedded, *args, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [x["place"] for x in rows] == [1, 2, 2, 3, 4]
+    assert {x["text"] for x in rows if x["place"] == 2} == {IMPERIAL, VEGGIE}
+    assert all(x["vector_rank"] is None and x["lexical_rank"] is None
+               for x in rows if x["place"] == 2)
+    text = run_cli(embedded, *args, env=env)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert [line.split()[0] for line in lines if line[:3].strip()] == ["1.", "2.", "3.", "4."]
+    # the block's second statement is a row of place 2, not a place of its own
+    assert sum("standing, similarity" in line for line in lines) == 2
+    assert sum(line.startswith("    [") and "standing" in line for line in lines) == 1
 
 
 def test_payload_keeps_the_standing_section_until_the_chunks_are_gone(embedded) -> None:
