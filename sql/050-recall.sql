@@ -995,13 +995,7 @@ declare
     v_chunks integer := 0;
     v_st_done boolean;
     v_grown boolean;
-    v_st_ids bigint[];
-    v_st_revs bigint[];
-    v_st_starts integer[];
-    v_st_ends integer[];
-    v_st_texts text[];
-    v_st_valid daterange[];
-    v_st_sims double precision[];
+    v_block donto.recall_hit[];
     v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.25')::float8;
     v_w_vec double precision := donto._recall_setting('recall_vector_weight', '1')::float8;
     v_w_lex double precision := donto._recall_setting('recall_lexical_weight', '1')::float8;
@@ -1127,15 +1121,11 @@ begin
     -- most donto.recall_standing_chars characters), placed after the first
     -- donto.recall_standing_after chunk rows, taking one of the k places.
     if arms = 'hybrid' and v_slots > 0 then
-        select
-            pg_catalog.array_agg(x.statement_id order by x.o),
-            pg_catalog.array_agg(x.revision_id order by x.o),
-            pg_catalog.array_agg(x.char_start order by x.o),
-            pg_catalog.array_agg(x.char_end order by x.o),
-            pg_catalog.array_agg(x.statement_text order by x.o),
-            pg_catalog.array_agg(x.valid_time order by x.o),
-            pg_catalog.array_agg(x.similarity order by x.o)
-        into v_st_ids, v_st_revs, v_st_starts, v_st_ends, v_st_texts, v_st_valid, v_st_sims
+        select pg_catalog.array_agg(row(x.statement_id, x.revision_id, x.char_start,
+                                        x.char_end, x.statement_text, x.valid_time,
+                                        x.similarity, null, null)::donto.recall_hit
+                                    order by x.o)
+        into v_block
         from (
             select st.*, pg_catalog.sum(pg_catalog.char_length(st.statement_text))
                              over (order by st.o) as used
@@ -1147,7 +1137,7 @@ begin
         ) as x
         where x.used <= v_st_chars;
     end if;
-    v_st_done := v_st_ids is null;
+    v_st_done := v_block is null;
     -- Did a projection searched grow (donto._extend_recall)? Only then can a chunk be
     -- superseded, and the fold checks for it.
     v_grown := exists (
@@ -1386,11 +1376,7 @@ begin
         exit when v_rows >= k;
         if not v_st_done and v_chunks >= v_after then
             v_st_done := true;
-            for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
-                return next row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
-                                v_st_texts[i], v_st_valid[i], v_st_sims[i], null,
-                                null)::donto.recall_hit;
-            end loop;
+            return query select * from pg_catalog.unnest(v_block);
             v_rows := v_rows + 1;  -- the block is one place
             if v_rows >= k then
                 return;
@@ -1402,11 +1388,7 @@ begin
     end loop;
     -- Fewer chunk rows than donto.recall_standing_after: the standing block follows them.
     if not v_st_done and v_rows < k then
-        for i in 1 .. pg_catalog.cardinality(v_st_ids) loop
-            v_hit := row(v_st_ids[i], v_st_revs[i], v_st_starts[i], v_st_ends[i],
-                         v_st_texts[i], v_st_valid[i], v_st_sims[i], null, null);
-            return next v_hit;
-        end loop;
+        return query select * from pg_catalog.unnest(v_block);
     end if;
 end;
 $$;
