@@ -16,8 +16,8 @@ recall keys by vector and by words (``donto._recall_keys``), and every standing 
 force with the cosine of its vector and of its condition's; plus the context's chunks and
 turns. ``sweep`` fuses them as ``donto.recall_by_vector`` does (exchange folding, the four
 weighted RRF terms, tier 1, overlaps, ties to the later valid time, the standing block, the
-origin rows) and prints hit@1/5/10 per ability, hit@k defined as in ``donto_pg.evaluate``
-(over places: the standing block is one). ``check`` asks
+origin rows, the turn blocks) and prints hit@1/5/10 per ability, hit@k defined as in ``donto_pg.evaluate``
+(over places: the standing block, and each turn block, is one). ``check`` asks
 ``donto.recall`` with the defaults and says whether every first-hit rank agrees: run it
 after any change to ``donto.recall_by_vector``. The replica covers contexts searched
 exactly (at most ``recall_exact_max``, 10,000 chunks); HNSW contexts are approximate.
@@ -50,6 +50,9 @@ DEFAULTS: dict[str, float | str] = {
     "recall_origin_pattern": r"(summar|overview|recap|chronolog|timeline|\min order\M"
                              r"|order in which|over time|(throughout|across) (all )?(of )?our"
                              r"|evolved|developed|progressed)",
+    "recall_turns_pattern": r"(\mi (first |ever )?(brought up|mentioned|raised)\M|order in which"
+                            r"|\min order\M)",
+    "recall_turns_chars": 1200, "recall_turns_pool": 60,
 }
 ABILITIES = ("contradiction_resolution", "event_ordering", "information_extraction",
              "instruction_following", "knowledge_update", "multi_session_reasoning",
@@ -106,10 +109,10 @@ def dump(conn, conversations: Iterable[str], pool: int = 400) -> dict:
         chunks = conn.execute(_CHUNKS, (ctx,)).fetchall()
         rev = conn.execute("select revision_id from donto.x_memory_record "
                            "where statement_id = %s", (chunks[0][0],)).fetchone()[0]
-        users = [r[0] for r in conn.execute(
-            "select header_start from donto.turn where revision_id = %s and role = 'user' "
-            "order by header_start", (rev,)).fetchall()]
-        out["contexts"][conv] = {"chunks": chunks, "user_headers": users,
+        users = [list(r) for r in conn.execute(
+            "select header_start, char_end from donto.turn "
+            "where revision_id = %s and role = 'user' order by header_start", (rev,)).fetchall()]
+        out["contexts"][conv] = {"chunks": chunks, "user_turns": users,
                                  "keys": conn.execute(
                                      "select count(*) from donto.x_turn_key as k "
                                      "join donto.projection as p using (projection_id) "
@@ -137,8 +140,8 @@ def dump(conn, conversations: Iterable[str], pool: int = 400) -> dict:
 
 
 class Context:
-    """A dumped context: its chunks by id, and each chunk's exchange (the chunk holding
-    the latest user turn that starts before the chunk ends)."""
+    """A dumped context: its chunks by id, its user turns' spans, and each chunk's
+    exchange (the chunk holding the latest user turn that starts before the chunk ends)."""
 
     def __init__(self, raw: dict) -> None:
         chunks = raw["chunks"]
@@ -146,7 +149,8 @@ class Context:
         self.n = len(chunks)
         self.keys = raw["keys"]
         starts = [c[1] for c in chunks]
-        users = raw["user_headers"]
+        self.turns = raw["user_turns"]
+        users = self.heads = [t[0] for t in self.turns]
         self.unit = {}
         for sid, _start, end, _upper, _lower in chunks:
             i = bisect.bisect_left(users, end) - 1
@@ -213,16 +217,21 @@ def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[list[tuple[int, in
             break
         block.append((a, b))
     origins = int(s["recall_origin_slots"]) > 0 and re.search(
-        str(s["recall_origin_pattern"]).replace(r"\m", r"\b").replace(r"\M", r"\b"),
-        q["question"], re.I) is not None
+        _python_re(s["recall_origin_pattern"]), q["question"], re.I) is not None
     opool = int(s["recall_origin_pool"])
+    tchars, tpool = int(s["recall_turns_chars"]), int(s["recall_turns_pool"])
+    turns = tchars > 0 and tpool > 0 and re.search(
+        _python_re(s["recall_turns_pattern"]), q["question"], re.I) is not None
+    need = max(k, opool) if origins else k
+    if turns:
+        need = max(need, 1 + tpool + k)
     kept: list[int] = []
     for _tier, _score, u in rows:
         a, b = ctx.by_id[u][1], ctx.by_id[u][2]
         if any(a < ctx.by_id[x][2] and ctx.by_id[x][1] < b for x in kept):
             continue
         kept.append(u)
-        if len(kept) >= (max(k, opool) if origins else k):
+        if len(kept) >= need:
             break
     if origins and len(kept) > 2:
         def when(x: int) -> tuple:  # lower(valid_time) nulls last, then the offset
@@ -230,13 +239,37 @@ def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[list[tuple[int, in
             return (c[4] is None, c[4] or "", c[1], x)
         early = sorted(kept[1:opool], key=when)[:int(s["recall_origin_slots"])]
         kept = kept[:1] + sorted(early, key=when) + [x for x in kept[1:] if x not in early]
+    groups = [[(ctx.by_id[u][1], ctx.by_id[u][2])] for u in kept]
+    if turns and len(kept) > 1:  # turn blocks: rows 2 .. 1 + pool as their user turns
+        groups, used, seen = groups[:1], None, set()
+        for i, u in enumerate(kept[1:], 2):
+            a, b = ctx.by_id[u][1], ctx.by_id[u][2]
+            j = bisect.bisect_left(ctx.heads, b) - 1
+            if i > 1 + tpool or j < 0:
+                groups.append([(a, b)])
+                used = None
+                continue
+            if j in seen:
+                continue
+            seen.add(j)
+            ts, te = ctx.turns[j][0], min(ctx.turns[j][1], ctx.turns[j][0] + tchars)
+            if used is None or used + te - ts > tchars:
+                groups.append([])
+                used = 0
+            groups[-1].append((ts, te))
+            used += te - ts
     out: list[list[tuple[int, int]]] = []
-    for i, u in enumerate(kept):
+    for i, g in enumerate(groups):
         if block and i >= s["recall_standing_after"]:
             out.append(block)
             block = []
-        out.append([(ctx.by_id[u][1], ctx.by_id[u][2])])
+        out.append(g)
     return (out + ([block] if block else []))[:k]
+
+
+def _python_re(pattern: object) -> str:
+    """A PostgreSQL word-boundary pattern as Python's re reads it."""
+    return str(pattern).replace(r"\m", r"\b").replace(r"\M", r"\b")
 
 
 def first_hit(q: dict, places: list[list[tuple[int, int]]]) -> int | None:
@@ -274,7 +307,7 @@ def check(conn, data: dict, settings: dict | None = None) -> list[int]:
         conv = q["conversation"]
         ctx = conn.execute("select donto.recall_context_iri(%s)",
                            (conv if ":" in conv else f"beam:{conv}",)).fetchone()[0]
-        rows = conn.execute("select char_start, char_end, vector_rank, lexical_rank "
+        rows = conn.execute("select char_start, char_end, place "
                             "from donto.recall(%s, k => 10, context => %s)",
                             (q["question"], ctx)).fetchall()
         if first_hit(q, [[r[:2] for r in p] for p in places(rows)]) != mine[q["id"]]:

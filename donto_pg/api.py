@@ -48,7 +48,8 @@ _ROLE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 @dataclass(frozen=True)
 class Hit:
-    """One recall chunk (a row of ``donto.recall``). ``text`` is exactly
+    """One recall row (a chunk, a standing statement or a user turn; a row of
+    ``donto.recall``). ``text`` is exactly
     ``donto.span_text(revision_id, char_start, char_end)``; offsets are characters."""
 
     statement_id: int
@@ -61,6 +62,7 @@ class Hit:
     score: float
     vector_rank: int | None
     lexical_rank: int | None
+    place: int  # 1 .. k: a chunk row fills one, a standing or turn block's rows share one
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,10 @@ def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | Non
            model: str | None = None, arms: str = "hybrid") -> list[Hit]:
     """The top K places of recall for QUERY (``donto.recall``: vector and lexical arms,
     fused): chunk rows, and with the hybrid arm the standing block (the standing statements
-    that apply, together one place; ``Hit.vector_rank`` and ``lexical_rank`` both None).
+    that apply, together one place; ``Hit.vector_rank`` and ``lexical_rank`` both None) and,
+    for a question about what the user brought up, blocks of the user's own turns (each
+    row a turn of the chunk ``statement_id``, several to a place). ``Hit.place`` numbers
+    the places 1 .. K.
 
     CONTEXT is a recall context IRI; DOCUMENT a document IRI (its recall context);
     AS_OF answers as the database knew it then; ARMS is ``vector``, ``lexical`` or
@@ -165,7 +170,8 @@ def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | Non
     """
     rows = conn.execute(
         "select r.statement_id, r.revision_id, r.char_start, r.char_end, r.chunk_text, "
-        "lower(r.valid_time), upper(r.valid_time), r.score, r.vector_rank, r.lexical_rank "
+        "lower(r.valid_time), upper(r.valid_time), r.score, r.vector_rank, r.lexical_rank, "
+        "r.place "
         "from donto.recall(%s::text, k => %s::integer, "
         "context => coalesce(%s::text, donto.recall_context_iri(%s::text)), "
         "as_of => %s::timestamptz, model => %s::text, arms => %s::text) as r",

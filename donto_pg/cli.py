@@ -400,7 +400,8 @@ def recall(
     query: Annotated[str, typer.Argument(help="What to recall.")],
     k: Annotated[int, typer.Option(
         "--k", "-k", min=1,
-        help="How many places: chunks, and the standing block (hybrid) as one.")] = 10,
+        help="How many places: chunks, and (hybrid) the standing block or a block of "
+             "user turns as one each.")] = 10,
     conversation: Annotated[str | None, typer.Option(
         "--conversation", "-c", help="Only this BEAM conversation (e.g. 100K/1).")] = None,
     context: Annotated[str | None, typer.Option(help="Only this context IRI.")] = None,
@@ -412,10 +413,11 @@ def recall(
 
     Results are numbered by place: each chunk is one, and with the hybrid arm the standing
     block (the user's instructions and preferences in force that apply) is one, however
-    many statements it holds. --json gives every row with its "place".
+    many statements it holds; a question about what the user brought up ("the order in
+    which I brought up ...") gets blocks of the user's own turns, several to a place.
+    --json gives every row with its "place".
     """
     from donto_pg import loader
-    from donto_pg.evaluate import places
 
     if len(recall_arms(arms)) != 1:
         raise fail(f"--arms {arms}: recall takes one arm", fix="use vector, lexical or hybrid")
@@ -424,13 +426,12 @@ def recall(
             context = loader.recall_context(conn, conversation)
         rows = conn.execute(
             "select statement_id, revision_id, char_start, char_end, score, valid_time::text, "
-            "chunk_text, vector_rank, lexical_rank "
+            "chunk_text, vector_rank, lexical_rank, place "
             "from donto.recall(%s, k => %s, context => %s, arms => %s)",
             (query, k, context, arms)).fetchall()
     keys = ["statement_id", "revision_id", "char_start", "char_end", "score", "valid_time",
-            "text", "vector_rank", "lexical_rank"]
-    data = [{"place": n, **dict(zip(keys, r, strict=True))}
-            for n, place in enumerate(places(rows), 1) for r in place]
+            "text", "vector_rank", "lexical_rank", "place"]
+    data = [dict(zip(keys, r, strict=True)) for r in rows]
     if as_json:
         out(data, True)
         return
@@ -583,7 +584,7 @@ def eval_recall(
 ) -> None:
     """Hit@k of donto.recall per ability on BEAM probing questions, with a random baseline.
 
-    hit@k = 1 when any of the top-k places (chunks; the standing block is one) overlaps a
+    hit@k = 1 when any of the top-k places (chunks; a standing or turn block is one) overlaps a
     gold turn; abstention is left out;
     summarization also reports the fraction of gold turns hit.
     """

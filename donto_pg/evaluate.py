@@ -70,7 +70,7 @@ order by s.statement_id
 """
 
 _RECALL = """
-select revision_id, char_start, char_end, vector_rank, lexical_rank
+select revision_id, char_start, char_end, place
 from donto.recall(%s, k => %s, context => %s, arms => %s, pool => %s, model => %s)
 """
 
@@ -83,13 +83,12 @@ def _document_iris(conversations: Iterable[str] | None) -> list[str] | None:
 
 
 def places(rows: Sequence[tuple]) -> list[list[tuple]]:
-    """Recall ROWS (ending in vector_rank, lexical_rank) grouped into the places of k they
-    take: each chunk row is one, and so is the standing block, the consecutive rows with
-    both ranks null (a chunk row always has one)."""
+    """Recall ROWS (ending in ``place``) grouped into the places of k they take: a chunk
+    row is one, and so is the standing block or a block of user turns (consecutive rows
+    with the same place)."""
     out: list[list[tuple]] = []
     for row in rows:
-        standing = row[-2] is None and row[-1] is None
-        if standing and out and out[-1][-1][-2] is None and out[-1][-1][-1] is None:
+        if out and out[-1][-1][-1] == row[-1]:
             out[-1].append(row)
         else:
             out.append([row])

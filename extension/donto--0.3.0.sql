@@ -1004,6 +1004,25 @@ comment on table donto.x_standing_condition_vector is
 
 insert into donto.migration (name, sha256) values ('021-standing-conditions.sql', 'f339e31a838d68b3db2b106fa002aed321544d57538d6b0e2a3ec9a4de4dae57');
 
+-- migrations/022-recall-place.sql
+-- 022: a recall row names its place. donto.recall returns k places; a place is one
+-- chunk row, the standing block (several statements, one place) or a block of user
+-- turns (a question about what the user brought up: several of the user's own turns,
+-- one place). Until now a reader told the standing block from chunk rows by its null
+-- ranks; a turn block has ranks, so each row now says which place (1 .. k) it fills.
+-- The functions returning donto.recall_hit (sql/050) fill it.
+
+alter type donto.recall_hit add attribute place integer;
+
+comment on type donto.recall_hit is
+'A recall result: the statement (a chunk, or a standing statement), its revision and char '
+'span [char_start, char_end), its text and valid time, the fused score, each arm''s rank '
+'(null: not ranked by it) and the place (1 .. k) the row fills: a chunk row fills one, '
+'the rows of the standing block or of a block of user turns share one.';
+
+
+insert into donto.migration (name, sha256) values ('022-recall-place.sql', '2d6300c5b7f1bea7e65ab1dbb8dc54380ebf8c9613b03754179bd16fb752a211');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -2703,6 +2722,21 @@ the first chunk row (and the standing rows), in conversation order; the other
 rows keep their order. They are ordinary chunk rows, with their own scores and
 ranks, so scores need not fall row by row.
 
+Turn blocks (ARMS 'hybrid' only): a query about what the user brought up (it
+matches donto.recall_turns_pattern, case-insensitive: "the order in which", "in
+order", "I brought up", "I mentioned", "I raised") is answered by the user's own
+words. The first chunk row stays whole; chunk rows 2 .. 1 +
+donto.recall_turns_pool (default 60; after the origin rows moved) become the
+user turns of their exchanges (the latest user turn starting before the chunk
+ends, header included; each turn once), packed in that order into blocks of
+at most donto.recall_turns_chars characters together (default 1,200, one
+chunk's worth; 0: no turn blocks; a longer turn alone, cut to that length).
+Each block takes ONE place, as the standing block does, so a place never holds
+more text than a chunk. A turn row keeps its chunk's statement id, valid time,
+score and ranks; its span and text are the turn's (donto.span_text of the
+revision). Chunk rows past the turns pool follow as usual. PLACE numbers the
+places 1 .. k on every row (the rows of one block share it).
+
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
 that starts before the chunk ends and the reply after it, and is replaced by
@@ -2779,6 +2813,20 @@ declare
         '(summar|overview|recap|chronolog|timeline|\min order\M|order in which|over time'
         '|(throughout|across) (all )?(of )?our|evolved|developed|progressed)');
     v_origins boolean;
+    v_turns_pattern text := donto._recall_setting('recall_turns_pattern',
+        '(\mi (first |ever )?(brought up|mentioned|raised)\M|order in which|\min order\M)');
+    v_turns_chars integer := donto._recall_setting('recall_turns_chars', '1200')::integer;
+    v_turns_pool integer := donto._recall_setting('recall_turns_pool', '60')::integer;
+    v_turns boolean;
+    v_ts integer;
+    v_te integer;
+    v_used integer;
+    v_g integer;
+    v_prev integer;
+    v_seen text[] := '{}';
+    v_grp integer[];
+    v_tbuf donto.recall_hit[];
+    v_tgrp integer[];
     v_need integer;
     v_buf donto.recall_hit[] := '{}';
     v_early donto.recall_hit[];
@@ -2812,6 +2860,11 @@ begin
     if v_origin_slots < 0 or v_origin_pool < 1 then
         raise exception 'donto.recall: settings donto.recall_origin_slots must be >= 0 and '
             'donto.recall_origin_pool >= 1, not % and %', v_origin_slots, v_origin_pool
+            using errcode = '22023';
+    end if;
+    if v_turns_chars < 0 or v_turns_pool < 0 then
+        raise exception 'donto.recall: settings donto.recall_turns_chars and '
+            'donto.recall_turns_pool must be >= 0, not % and %', v_turns_chars, v_turns_pool
             using errcode = '22023';
     end if;
     perform donto._check_as_of(as_of, 'donto.recall');
@@ -2880,7 +2933,7 @@ begin
     if arms = 'hybrid' and v_slots > 0 then
         select pg_catalog.array_agg(row(x.statement_id, x.revision_id, x.char_start,
                                         x.char_end, x.statement_text, x.valid_time,
-                                        x.similarity, null, null)::donto.recall_hit
+                                        x.similarity, null, null, null)::donto.recall_hit
                                     order by x.o)
         into v_block
         from (
@@ -2958,6 +3011,13 @@ begin
     v_origins := arms = 'hybrid' and v_origin_slots > 0 and query is not null
                  and query ~* v_origin_pattern;
     v_need := case when v_origins then greatest(k, v_origin_pool) else k end;
+    -- Turn blocks (hybrid only): a query about what the user brought up reads the
+    -- turns pool's rows after the first, and k more to follow them.
+    v_turns := arms = 'hybrid' and v_turns_chars > 0 and v_turns_pool > 0
+               and query is not null and query ~* v_turns_pattern;
+    if v_turns then
+        v_need := greatest(v_need, 1 + v_turns_pool + k);
+    end if;
 
     for r in
         with cand as (
@@ -3105,7 +3165,8 @@ begin
         end loop;
         continue when v_clash;
         v_buf := v_buf || row(r.statement_id, r.derived_from_revision, r.char_start, r.char_end,
-                              r.chunk_text, r.valid_time, r.score, r.vr, r.lr)::donto.recall_hit;
+                              r.chunk_text, r.valid_time, r.score, r.vr, r.lr,
+                              null)::donto.recall_hit;
         exit when pg_catalog.cardinality(v_buf) >= v_need;
     end loop;
     -- Origin rows: the donto.recall_origin_slots earliest (valid time, then offset)
@@ -3129,23 +3190,87 @@ begin
         end loop;
         v_buf := v_moved;
     end if;
-    foreach v_hit in array v_buf loop
-        exit when v_rows >= k;
-        if not v_st_done and v_chunks >= v_after then
-            v_st_done := true;
-            return query select * from pg_catalog.unnest(v_block);
-            v_rows := v_rows + 1;  -- the block is one place
-            if v_rows >= k then
-                return;
+    -- Each row's place group: its own, or (turn blocks) its block's.
+    v_grp := array(select g from pg_catalog.generate_series(1, pg_catalog.cardinality(v_buf)) as g);
+    -- Turn blocks: chunk rows 2 .. 1 + donto.recall_turns_pool become the user turns
+    -- of their exchanges (the latest user turn starting before the chunk ends; each
+    -- turn once), packed in that order into blocks of at most donto.recall_turns_chars
+    -- characters (a longer turn alone, cut to that length), each block one place.
+    if v_turns and pg_catalog.cardinality(v_buf) > 1 then
+        v_tbuf := v_buf[1:1];
+        v_tgrp := array[1];
+        v_g := 1;
+        v_used := null;  -- characters in the open block (null: none open)
+        for i in 2 .. pg_catalog.cardinality(v_buf) loop
+            v_hit := v_buf[i];
+            v_ts := null;
+            if i <= 1 + v_turns_pool then
+                select t.header_start, t.char_end into v_ts, v_te
+                from donto.turn as t
+                where t.revision_id = v_hit.revision_id and t.role = 'user'
+                      and t.header_start < v_hit.char_end
+                order by t.header_start desc
+                limit 1;
             end if;
+            if v_ts is null then
+                -- Beyond the turns pool (or no user turn before it): a chunk row.
+                v_g := v_g + 1;
+                v_used := null;
+            else
+                continue when (v_hit.revision_id || ':' || v_ts) = any (v_seen);
+                v_seen := v_seen || (v_hit.revision_id || ':' || v_ts);
+                v_te := least(v_te, v_ts + v_turns_chars);
+                if v_used is null or v_used + (v_te - v_ts) > v_turns_chars then
+                    v_g := v_g + 1;
+                    v_used := 0;
+                end if;
+                v_used := v_used + (v_te - v_ts);
+                -- The turn's text: from the chunk's own text when the chunk holds it all
+                -- (nearly always); else from the revision (slower on a long body: a
+                -- character offset is found by reading the body up to it).
+                if v_hit.char_start <= v_ts and v_te <= v_hit.char_end then
+                    v_hit.chunk_text := pg_catalog.substr(
+                        v_hit.chunk_text, v_ts - v_hit.char_start + 1, v_te - v_ts);
+                else
+                    v_hit.chunk_text := donto.span_text(v_hit.revision_id, v_ts, v_te);
+                end if;
+                v_hit.char_start := v_ts;
+                v_hit.char_end := v_te;
+            end if;
+            v_tbuf := v_tbuf || v_hit;
+            v_tgrp := v_tgrp || v_g;
+        end loop;
+        v_buf := v_tbuf;
+        v_grp := v_tgrp;
+    end if;
+    -- The places: each group of rows one, the standing block one (after the first
+    -- donto.recall_standing_after), until k.
+    for i in 1 .. pg_catalog.cardinality(v_buf) loop
+        if v_grp[i] is distinct from v_prev then
+            exit when v_rows >= k;
+            if not v_st_done and v_chunks >= v_after then
+                v_st_done := true;
+                v_rows := v_rows + 1;
+                return query
+                select u.statement_id, u.revision_id, u.char_start, u.char_end, u.chunk_text,
+                       u.valid_time, u.score, u.vector_rank, u.lexical_rank, v_rows
+                from pg_catalog.unnest(v_block) as u;
+                exit when v_rows >= k;
+            end if;
+            v_rows := v_rows + 1;
+            v_chunks := v_chunks + 1;
+            v_prev := v_grp[i];
         end if;
+        v_hit := v_buf[i];
+        v_hit.place := v_rows;
         return next v_hit;
-        v_rows := v_rows + 1;
-        v_chunks := v_chunks + 1;
     end loop;
     -- Fewer chunk rows than donto.recall_standing_after: the standing block follows them.
     if not v_st_done and v_rows < k then
-        return query select * from pg_catalog.unnest(v_block);
+        return query
+        select u.statement_id, u.revision_id, u.char_start, u.char_end, u.chunk_text,
+               u.valid_time, u.score, u.vector_rank, u.lexical_rank, v_rows + 1
+        from pg_catalog.unnest(v_block) as u;
     end if;
 end;
 $$;

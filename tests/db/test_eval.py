@@ -58,8 +58,9 @@ def _recall(conn, query: str, k: int, *, context: str | None, arms: str = "hybri
             as_of=None) -> list[tuple]:
     """recall_by_vector with a client-side vector (the model is loaded once, here)."""
     rows = conn.execute(
-        "select r.statement_id, c.iri, r.char_start, r.char_end, r.vector_rank, r.lexical_rank "
-        "from donto.recall_by_vector(%s, %s, k => %s, context => %s, as_of => %s, arms => %s) r "
+        "select r.statement_id, c.iri, r.char_start, r.char_end, r.vector_rank, r.lexical_rank, "
+        "r.place from donto.recall_by_vector(%s, %s, k => %s, context => %s, as_of => %s, "
+        "arms => %s) r "
         "join donto.statement s using (statement_id) join donto.context c using (context_id)",
         (_vec(query), query, k, context, as_of, arms)).fetchall()
     conn.commit()
@@ -213,7 +214,7 @@ def test_vector_arm_query_shape_can_use_the_hnsw_index(edb):
 def test_exchange_folding_returns_the_users_words(edb):
     rows = _recall(edb, "Which database did I choose for the budget tracker?", 5, context=CTX13)
     assert len(places(rows)) == 5
-    for sid, _, start, end, vector_rank, lexical_rank in rows:
+    for sid, _, start, end, vector_rank, lexical_rank, _place in rows:
         if vector_rank is None and lexical_rank is None:
             continue  # a standing slot: a statement of the user's, not a chunk
         holds_user_turn = edb.execute(
@@ -261,7 +262,7 @@ def test_reader_can_call_recall_from_sql(edb):
     edb.execute("set role donto_reader")
     try:
         rows = edb.execute(
-            "select statement_id, score, vector_rank, lexical_rank from donto.recall("
+            "select statement_id, score, vector_rank, lexical_rank, place from donto.recall("
             "'What did I decide about the budget tracker database?', k => 3, context => %s)",
             (CTX13,)).fetchall()
         assert len(places(rows)) == 3 and all(r[1] > 0 for r in rows)

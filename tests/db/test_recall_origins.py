@@ -1,7 +1,9 @@
 """Origin rows: a question about how something went over time ("summarize how ... developed",
 "in order", "throughout our conversations") gets the beginning of the story, the earliest
 of recall's top exchanges, right after its best row (donto.recall_origin_slots and
-donto.recall_origin_pool; the question is recognised by donto.recall_origin_pattern)."""
+donto.recall_origin_pool; the question is recognised by donto.recall_origin_pattern). Turn
+blocks: a question about what the user brought up gets the user's own turns, several to a
+place (donto.recall_turns_pattern, donto.recall_turns_chars, donto.recall_turns_pool)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import psycopg
 import pytest
 
+from donto_pg.evaluate import places
 from tests.conftest import EXAMPLES, embedded_module_database
 
 pytestmark = pytest.mark.slow
@@ -87,4 +90,94 @@ def test_other_questions_are_untouched(odb) -> None:
 def test_bad_origin_settings_are_refused(odb, name, value) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="recall_origin"):
         _rows(odb, HISTORY, 10, **{name: value})
+    odb.rollback()
+
+
+# --- turn blocks: a question about what the user brought up --------------------------------
+
+BROUGHT_UP = "Can you list the order in which I brought up my reading budget and book purchases?"
+
+
+def _places(conn, q: str, k: int, **settings) -> list[list[tuple]]:
+    for name, value in settings.items():
+        conn.execute("select set_config(%s, %s, true)", (f"donto.{name}", str(value)))
+    rows = conn.execute(
+        "select statement_id, revision_id, char_start, char_end, chunk_text, "
+        "donto.span_text(revision_id, char_start, char_end), vector_rank, lexical_rank, place "
+        "from donto.recall(%s, k => %s, context => %s)", (q, k, CTX)).fetchall()
+    conn.rollback()
+    assert [r[-1] for r in rows] == sorted(r[-1] for r in rows)
+    return places(rows)
+
+
+def _user_turn(conn, revision: int, chunk_end: int) -> tuple[int, int]:
+    """The latest user turn that starts before a chunk ends: its header start and end."""
+    return conn.execute("select header_start, char_end from donto.turn where revision_id = %s "
+                        "and role = 'user' and header_start < %s order by header_start desc "
+                        "limit 1", (revision, chunk_end)).fetchone()
+
+
+def test_a_question_about_what_i_brought_up_gets_blocks_of_my_own_turns(odb) -> None:
+    pool = 12
+    chunks = [p[0] for p in _places(odb, BROUGHT_UP, 1 + pool + 10, recall_standing_slots=0,
+                                    recall_turns_chars=0)]
+    got = _places(odb, BROUGHT_UP, 4, recall_standing_slots=0, recall_turns_pool=pool)
+    assert len(got) == 4 and got[0] == [chunks[0]]  # the best chunk row first, whole
+    # The others: the user turns of chunk rows 2 .. 1 + pool, each once, in that order, as
+    # many to a place as fit in 1,200 characters, each row a span of the chunk's revision.
+    expected, seen = [], set()
+    for row in chunks[1:1 + pool]:
+        turn = _user_turn(odb, row[1], row[3])
+        if turn not in seen:
+            seen.add(turn)
+            expected.append((row[0], row[1], turn[0], min(turn[1], turn[0] + 1200)))
+    rows = [r for p in got[1:] for r in p]
+    assert [r[:4] for r in rows] == expected[:len(rows)]  # all turns (the pool is not used up)
+    assert any(len(p) > 1 for p in got)  # the point: several turns in one place
+    for p in got[1:]:
+        assert sum(r[3] - r[2] for r in p) <= 1200
+        for r in p:
+            assert r[4] == r[5] and r[4].startswith("[user #")  # the user's own words
+            assert r[6] is not None or r[7] is not None  # the chunk row's ranks
+    # Unfolded (recall_unit 'chunk'), a chunk row need not hold its user turn: the turn's
+    # text then comes from the revision, not the chunk, and is the same bytes.
+    unfolded = [r for p in _places(odb, BROUGHT_UP, 8, recall_standing_slots=0,
+                                   recall_unit="chunk")[1:] for r in p]
+    outside = [r for r in unfolded if not odb.execute(
+        "select char_start <= %s and %s <= char_end from donto.x_memory_record "
+        "where statement_id = %s", (r[2], r[3], r[0])).fetchone()[0]]
+    assert outside and all(r[4] == r[5] and r[4].startswith("[user #") for r in unfolded)
+    # A place's budget: 400 characters packs fewer turns to a place (a longer turn, cut).
+    small = _places(odb, BROUGHT_UP, 4, recall_standing_slots=0, recall_turns_pool=pool,
+                    recall_turns_chars=400)
+    assert all(sum(r[3] - r[2] for r in p) <= 400 for p in small[1:])
+    assert [r[:2] for p in small[1:] for r in p] == [e[:2] for e in expected][:sum(
+        len(p) for p in small[1:])]
+    # Past the turns pool, the chunk rows follow in their order.
+    tail = _places(odb, BROUGHT_UP, 20, recall_standing_slots=0, recall_turns_pool=2)
+    two = expected[:2] if expected[1][0] == chunks[2][0] else expected[:1]
+    m = 1 + (1 if sum(e[3] - e[2] for e in two) <= 1200 else len(two))
+    assert [r[:4] for p in tail[1:m] for r in p] == two
+    assert [p[0][:8] for p in tail[m:]] == [c[:8] for c in chunks[3:3 + len(tail) - m]]
+    # The standing block keeps its place, right after the best row.
+    with_block = _places(odb, BROUGHT_UP, 4, recall_turns_pool=pool)
+    assert all(r[6] is None and r[7] is None for r in with_block[1])
+    assert with_block[0] == got[0] and with_block[2:] == [
+        [r[:-1] + (r[-1] + 1,) for r in p] for p in got[1:3]]
+
+
+def test_other_questions_and_arms_get_no_turn_blocks(odb) -> None:
+    for q in (PLAIN, HISTORY):
+        assert _rows(odb, q, 15) == _rows(odb, q, 15, recall_turns_chars=0)
+    for arms in ("vector", "lexical"):
+        assert _rows(odb, BROUGHT_UP, 10, arms) == _rows(odb, BROUGHT_UP, 10, arms,
+                                                         recall_turns_chars=0)
+    assert _rows(odb, BROUGHT_UP, 10) != _rows(odb, BROUGHT_UP, 10, recall_turns_chars=0)
+
+
+@pytest.mark.parametrize("name, value", [("recall_turns_chars", "-1"),
+                                         ("recall_turns_pool", "-5")])
+def test_bad_turn_settings_are_refused(odb, name, value) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="recall_turns"):
+        _rows(odb, BROUGHT_UP, 10, **{name: value})
     odb.rollback()
