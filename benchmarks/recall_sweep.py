@@ -16,10 +16,10 @@ recall keys by vector and by words (``donto._recall_keys``), and every standing 
 force with the cosine of its vector and of its condition's; plus the context's chunks and
 turns. ``sweep`` fuses them as ``donto.recall_by_vector`` does (exchange folding, the four
 weighted RRF terms, tier 1, overlaps, ties to the later valid time, the standing block, the
-origin rows, the turn blocks) and prints hit@1/5/10 per ability, hit@k defined as in ``donto_pg.evaluate``
-(over places: the standing block, and each turn block, is one). ``check`` asks
-``donto.recall`` with the defaults and says whether every first-hit rank agrees: run it
-after any change to ``donto.recall_by_vector``. The replica covers contexts searched
+origin rows, the turn blocks) and prints hit@1/5/10 per ability, hit@k defined as in
+``donto_pg.evaluate`` (over places: the standing block, and each turn block, is one).
+``check`` asks ``donto.recall`` with the defaults and says whether every first-hit rank
+agrees: run it after any change to ``donto.recall_by_vector``. The replica covers contexts searched
 exactly (at most ``recall_exact_max``, 10,000 chunks); HNSW contexts are approximate.
 Settings: the ``recall_*`` names below, as in ``SET donto.<name>``.
 """
