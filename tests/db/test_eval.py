@@ -266,6 +266,14 @@ def test_reader_can_call_recall_from_sql(edb):
             "'What did I decide about the budget tracker database?', k => 3, context => %s)",
             (CTX13,)).fetchall()
         assert len(places(rows)) == 3 and all(r[1] > 0 for r in rows)
+        # a question about what the user brought up: turn blocks, read as the reader
+        rows = edb.execute(
+            "select statement_id, score, vector_rank, lexical_rank, place from donto.recall("
+            "'Can you list the order in which I brought up the budget tracker features?', "
+            "k => 3, context => %s)", (CTX13,)).fetchall()
+        blocks = [p for p in places(rows) if len(p) > 1]
+        assert len(places(rows)) == 3
+        assert any(p[0][2] is not None or p[0][3] is not None for p in blocks)  # turns
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             edb.execute("select donto.project_recall(1, 500)")
     finally:

@@ -181,3 +181,22 @@ def test_bad_turn_settings_are_refused(odb, name, value) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="recall_turns"):
         _rows(odb, BROUGHT_UP, 10, **{name: value})
     odb.rollback()
+
+
+def test_the_payload_gives_turn_rows_their_turns(odb) -> None:
+    rows = [r for p in _places(odb, BROUGHT_UP, 6) for r in p]
+    payload = odb.execute("select donto.recall_payload(%s, 20000, k => 6, context => %s)",
+                          (BROUGHT_UP, CTX)).fetchone()[0]
+    odb.rollback()
+    # Each statement once, in recall's order, with the span recall gave it (the standing
+    # statements have a section of their own): a turn row's span is its turn, not its chunk.
+    first: dict[int, tuple[int, tuple[int, int]]] = {}
+    for r in rows:
+        if r[6] is not None or r[7] is not None:
+            first.setdefault(r[0], (r[0], (r[2], r[3])))
+    memories = [(m["id"], tuple(m["span"])) for m in payload["memories"]]
+    assert len(memories) >= 3 and memories == list(first.values())[:len(memories)]
+    assert any(odb.execute(
+        "select char_start <> %s or char_end <> %s from donto.x_memory_record "
+        "where statement_id = %s", (span[0], span[1], sid)).fetchone()[0]
+        for sid, span in memories)
