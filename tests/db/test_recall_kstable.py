@@ -68,4 +68,10 @@ def test_first_k_rows_do_not_depend_on_a_larger_k(kdb, q, k1, extra, arms, pool_
         assert len(small) == k1 and len(large) == k2
     assert len(small) == min(k1, len(large))
     assert large[:k1] == small
+    # Places are numbered 1 .. n; a turn block (several rows with ranks) is within one
+    # chunk's 1,200 characters, and only the turn-block questions of the hybrid arm get one.
+    assert [p[0][-1] for p in large] == list(range(1, len(large) + 1))
+    turn_blocks = [p for p in large if len(p) > 1 and p[0][4:6] != (None, None)]
+    assert all(sum(r[2] - r[1] for r in p) <= 1200 for p in turn_blocks)
+    assert not turn_blocks or (arms == "hybrid" and q in TURN_BLOCKS)
     kdb.rollback()
