@@ -11,9 +11,9 @@ against the gold turns (``donto.question_gold_span``):
   ``turn.start < chunk.end``). Chunks are line-respecting and the prefix sits on
   the turn's first line, so this equals content overlap except when a window
   cuts a line longer than itself;
-* recall's rows are counted in the *places* they take (``places``): every chunk
-  row is one, and the standing block (consecutive standing rows of the hybrid
-  arm, together at most one chunk's worth of text) is one, as in
+* recall's rows are counted in the *places* they take (``places``, by their
+  ``place``): every chunk row is one, and so is the standing block or a block of
+  user turns (the hybrid arm's; each at most one chunk's worth of text), as in
   ``donto.recall``'s k; a place hits when any of its rows does;
 * ``hit@k`` is 1 when any of the top-k places hits any gold turn of the
   question (for event_ordering and multi_session_reasoning: any of their
@@ -35,6 +35,7 @@ the rank of the first hit (``None``: not within the largest k).
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections import defaultdict
@@ -86,13 +87,7 @@ def places(rows: Sequence[tuple]) -> list[list[tuple]]:
     """Recall ROWS (ending in ``place``) grouped into the places of k they take: a chunk
     row is one, and so is the standing block or a block of user turns (consecutive rows
     with the same place)."""
-    out: list[list[tuple]] = []
-    for row in rows:
-        if out and out[-1][-1][-1] == row[-1]:
-            out[-1].append(row)
-        else:
-            out.append([row])
-    return out
+    return [list(place) for _, place in itertools.groupby(rows, key=lambda row: row[-1])]
 
 
 def _hits(chunks: Sequence[Sequence[tuple]], revision: int | set[int],

@@ -1007,8 +1007,7 @@ declare
     v_slots integer := donto._recall_setting('recall_standing_slots', '8')::integer;
     v_st_chars integer := donto._recall_setting('recall_standing_chars', '1200')::integer;
     v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
-    v_chunks integer := 0;
-    v_st_done boolean;
+    v_at integer;
     v_grown boolean;
     v_block donto.recall_hit[];
     v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.25')::float8;
@@ -1046,7 +1045,6 @@ declare
     v_te integer;
     v_used integer;
     v_g integer;
-    v_prev integer;
     v_seen text[] := '{}';
     v_grp integer[];
     v_tbuf donto.recall_hit[];
@@ -1171,7 +1169,6 @@ begin
         ) as x
         where x.used <= v_st_chars;
     end if;
-    v_st_done := v_block is null;
     -- Did a projection searched grow (donto._extend_recall)? Only then can a chunk be
     -- superseded, and the fold checks for it.
     v_grown := exists (
@@ -1467,35 +1464,27 @@ begin
         v_buf := v_tbuf;
         v_grp := v_tgrp;
     end if;
-    -- The places: each group of rows one, the standing block one (after the first
-    -- donto.recall_standing_after), until k.
+    -- The standing block joins the rows as a group of its own (0) before group
+    -- donto.recall_standing_after + 1 (groups are numbered 1, 2, ... in row order; after
+    -- all of them when there are fewer).
+    if v_block is not null then
+        v_at := coalesce(pg_catalog.array_position(v_grp, greatest(v_after, 0) + 1),
+                         pg_catalog.cardinality(v_buf) + 1);
+        v_buf := v_buf[1:v_at - 1] || v_block || v_buf[v_at:];
+        v_grp := v_grp[1:v_at - 1]
+                 || pg_catalog.array_fill(0, array[pg_catalog.cardinality(v_block)])
+                 || v_grp[v_at:];
+    end if;
+    -- The places: each group of rows one, until k.
     for i in 1 .. pg_catalog.cardinality(v_buf) loop
-        if v_grp[i] is distinct from v_prev then
+        if i = 1 or v_grp[i] <> v_grp[i - 1] then
             exit when v_rows >= k;
-            if not v_st_done and v_chunks >= v_after then
-                v_st_done := true;
-                v_rows := v_rows + 1;
-                return query
-                select u.statement_id, u.revision_id, u.char_start, u.char_end, u.chunk_text,
-                       u.valid_time, u.score, u.vector_rank, u.lexical_rank, v_rows
-                from pg_catalog.unnest(v_block) as u;
-                exit when v_rows >= k;
-            end if;
             v_rows := v_rows + 1;
-            v_chunks := v_chunks + 1;
-            v_prev := v_grp[i];
         end if;
         v_hit := v_buf[i];
         v_hit.place := v_rows;
         return next v_hit;
     end loop;
-    -- Fewer chunk rows than donto.recall_standing_after: the standing block follows them.
-    if not v_st_done and v_rows < k then
-        return query
-        select u.statement_id, u.revision_id, u.char_start, u.char_end, u.chunk_text,
-               u.valid_time, u.score, u.vector_rank, u.lexical_rank, v_rows + 1
-        from pg_catalog.unnest(v_block) as u;
-    end if;
 end;
 $$;
 
