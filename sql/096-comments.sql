@@ -686,6 +686,10 @@ comment on column donto.embedding_cache.sha256 is
 'SHA-256 of the embedded text (a recall chunk''s text, an A/B unit''s span text).';
 comment on column donto.embedding_cache.embedding is
 'The vector the model gave that text: identical text is never embedded twice.';
+comment on column donto.embedding_cache.trusted is
+'Whether the entry is handed out (donto.cached_embeddings): true for vectors a session of the '
+'schema''s owner stored (migration 023 on), false for entries cached before 023, whose '
+'inserter was not recorded.';
 
 -- internal helpers
 comment on function donto._session_owns_schema() is

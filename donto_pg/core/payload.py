@@ -630,8 +630,7 @@ def tokenizer_for_model(name: str | None, source: str | None) -> str | None:
     """
     from donto_pg.core import encoder
 
-    if name is None or name in (encoder.DEFAULT_MODEL,
-                                f"sentence-transformers/{encoder.DEFAULT_MODEL}"):
+    if name is None or name in encoder.DEFAULT_NAMES:
         return None
     for candidate in (source, name):
         if candidate and os.path.exists(candidate):

@@ -44,9 +44,13 @@ def recall_windows_from(plpy, revision_id: int, window: int, start: int) -> list
 
 def embed_query(plpy, text: str, model: str | None) -> str:
     """The query's vector as pgvector text (``donto.embed_query``); a query over
-    donto._check_query's bound is refused before the model sees it."""
+    donto._check_query's bound is refused before the model sees it, and so is a model
+    that is neither the default nor registered (``donto.embedding_model_id`` raises
+    22023): the name is what the server loads, so a caller must not choose any path."""
     plpy.execute(plpy.prepare("select donto._check_query($1, 'donto.embed_query', true)",
                               ["text"]), [text])
+    if model is not None and model not in encoder.DEFAULT_NAMES:
+        plpy.execute(plpy.prepare("select donto.embedding_model_id($1)", ["text"]), [model])
     vec = encoder.encode([text], model)[0]
     return "[" + ",".join(f"{x:.7g}" for x in vec) + "]"
 

@@ -273,7 +273,9 @@ def empty_db(db):
 
 
 def test_upgrade_to_014_caches_the_stored_vectors(empty_db):
-    """014 keys every stored vector of a recall chunk by its text: none is embedded again."""
+    """014 keys every stored vector of a recall chunk by its text; 023 marks what it finds
+    untrusted (who stored a vector was not recorded: it may be a writer's) and hands it out
+    no more, while a trusted entry for the same text may stand beside it."""
     conn = empty_db
     migrate.migrate(conn, upto="013")
     conn.execute("""
@@ -309,4 +311,13 @@ def test_upgrade_to_014_caches_the_stored_vectors(empty_db):
     with pytest.raises(psycopg.Error, match="append-only") as err:
         conn.execute("delete from donto.embedding_cache")
     assert err.value.sqlstate == "DI003"
+    conn.rollback()
+    mid, key = conn.execute("select model_id, sha256 from donto.embedding_cache").fetchone()
+    assert conn.execute("select trusted from donto.embedding_cache").fetchall() == [(False,)]
+    assert conn.execute("select * from donto.cached_embeddings(%s, %s)",
+                        (mid, [key])).fetchall() == []
+    conn.execute("insert into donto.embedding_cache (model_id, sha256, embedding) "
+                 "values (%s, %s, '[0,1,0]')", (mid, key))
+    assert conn.execute("select embedding::text from donto.cached_embeddings(%s, %s)",
+                        (mid, [key])).fetchall() == [("[0,1,0]",)]
     conn.rollback()

