@@ -20,17 +20,21 @@ Messages have the OpenAI shape: ``role`` and ``content`` (a string, or a list of
 date-time, a ``datetime``/``date``, or Unix seconds) and ``session`` (an integer).
 They become the same canonical text as a BEAM conversation (README, "The canonical
 text"): ``beam.format_chat`` renders it and ``loader.record_conversation`` stores it.
+
+On an error every function rolls the connection back before it raises, so the
+connection stays usable (psycopg would otherwise keep the failed transaction open).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 
@@ -43,7 +47,23 @@ __all__ = [
     "read_chat_file", "recall", "recall_payload",
 ]
 
-_ROLE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_ROLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # fullmatch
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _rolls_back(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Roll the connection (the first argument) back when FN raises, then raise."""
+    @functools.wraps(fn)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            conn = args[0]
+            if isinstance(conn, psycopg.Connection) and not conn.closed and not conn.broken:
+                conn.rollback()
+            raise
+    return call
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,7 @@ def connect(dsn: str | None = None) -> psycopg.Connection:
     return dbmod.connect(dsn)
 
 
+@_rolls_back
 def ensure_schema(conn: psycopg.Connection) -> list[str]:
     """Install or upgrade the donto schema, as ``donto-pg migrate`` does (needs a
     superuser; a no-op when up to date, and for a database made with CREATE EXTENSION).
@@ -106,6 +127,7 @@ def ensure_schema(conn: psycopg.Connection) -> list[str]:
     return applied
 
 
+@_rolls_back
 def add_conversation(conn: psycopg.Connection, messages: Sequence[Mapping[str, Any]],
                      document_iri: str, *, embed: bool = True, extraction: bool = True,
                      model: str | None = None, meta: Mapping[str, Any] | None = None,
@@ -119,16 +141,23 @@ def add_conversation(conn: psycopg.Connection, messages: Sequence[Mapping[str, A
     nothing. Raises :class:`~donto_pg.errors.InputError` on a malformed message.
     """
     conv = conversation(messages, document_iri)
-    rec = loader.record_conversation(conn, conv, document_iri, {"source": "api", **(meta or {})},
-                                     window_chars=window_chars)
+    if embed:  # an unknown model fails here, before anything is stored
+        from donto_pg.embed import register_model
+
+        register_model(conn, model)
+    with conn.transaction():  # the revision and both projections, or nothing
+        rec = loader.record_conversation(conn, conv, document_iri,
+                                         {"source": "api", **(meta or {})},
+                                         window_chars=window_chars)
+        if extraction:
+            conn.execute("select donto.project_extraction(%s::bigint)", (rec.revision_id,))
     conn.commit()
-    if extraction:
-        _project_extraction(conn, rec.revision_id)
     if embed:
         _embed(conn, document_iri, model)
     return rec.revision_id
 
 
+@_rolls_back
 def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: bool = True,
              model: str | None = None, meta: Mapping[str, Any] | None = None,
              window_chars: int = 1200) -> int:
@@ -154,6 +183,7 @@ def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: b
     return rev
 
 
+@_rolls_back
 def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | None = None,
            as_of: datetime.datetime | None = None, *, document: str | None = None,
            model: str | None = None, arms: str = "hybrid") -> list[Hit]:
@@ -180,6 +210,7 @@ def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | Non
     return [Hit(*r) for r in rows]
 
 
+@_rolls_back
 def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int = 20, *,
                    chunk_tokens: int | None = None, context: str | None = None,
                    document: str | None = None, as_of: datetime.datetime | None = None,
@@ -196,6 +227,7 @@ def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int
     return payload
 
 
+@_rolls_back
 def claims(conn: psycopg.Connection, *, document: str | None = None,
            subject: str | None = None, include_retracted: bool = False,
            limit: int = 100) -> list[Claim]:
@@ -236,7 +268,7 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
             raise InputError(f"{where} is a {type(m).__name__}, not an object",
                              fix='give {"role": ..., "content": ...}')
         role = m.get("role")
-        if not isinstance(role, str) or not _ROLE.match(role):
+        if not isinstance(role, str) or not _ROLE.fullmatch(role):
             raise InputError(f"{where}: role {role!r} is not a name",
                              fix="use user, assistant, system, tool (letters, digits, _ -)")
         if m.get("session") is not None:
@@ -270,10 +302,13 @@ def read_chat_file(path: str | Path) -> list[dict[str, Any]]:
     """Messages from a chat log file: a JSON array of messages, a JSON object with a
     ``messages`` array (an OpenAI request), or JSON Lines (one message per line)."""
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
     try:
-        if p.suffix.lower() == ".jsonl":
-            data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{p}: not UTF-8 text", str(exc), fix="save the file as UTF-8") from exc
+    try:
+        if p.suffix.lower() == ".jsonl":  # lines end at \n only (JSON strings may hold U+2028)
+            data: Any = [json.loads(line) for line in text.split("\n") if line.strip()]
         else:
             data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
@@ -306,21 +341,16 @@ def _date(value: Any, where: str) -> datetime.date | None:
         return value.date()
     if isinstance(value, datetime.date):
         return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.datetime.fromtimestamp(value, datetime.UTC).date()
-    if isinstance(value, str):
-        try:
+    fix = "use ISO 8601 (2024-03-02 or 2024-03-02T10:00:00Z) or Unix seconds"
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return datetime.datetime.fromtimestamp(value, datetime.UTC).date()
+        if isinstance(value, str):
             return datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).date()
-        except ValueError:
-            pass
-    raise InputError(f"{where}: timestamp {value!r} is not a date",
-                     fix="use ISO 8601 (2024-03-02 or 2024-03-02T10:00:00Z) or Unix seconds")
-
-
-def _project_extraction(conn: psycopg.Connection, revision_id: int) -> int:
-    n = conn.execute("select donto.project_extraction(%s::bigint)", (revision_id,)).fetchone()[0]
-    conn.commit()
-    return n
+    except (OverflowError, ValueError, OSError) as exc:  # NaN, out of range, not ISO
+        raise InputError(f"{where}: timestamp {value!r} is not a date", str(exc),
+                         fix=fix) from exc
+    raise InputError(f"{where}: timestamp {value!r} is not a date", fix=fix)
 
 
 def _embed(conn: psycopg.Connection, document_iri: str, model: str | None) -> int:

@@ -399,11 +399,12 @@ def embed(
 def recall(
     query: Annotated[str, typer.Argument(help="What to recall.")],
     k: Annotated[int, typer.Option(
-        "--k", "-k", min=1,
+        "--k", "-k", min=1, max=10000,
         help="How many places: chunks, and (hybrid) the standing block or a block of "
              "user turns as one each.")] = 10,
     conversation: Annotated[str | None, typer.Option(
-        "--conversation", "-c", help="Only this BEAM conversation (e.g. 100K/1).")] = None,
+        "--conversation", "-c", help="Only this conversation: a BEAM id (100K/1) or the "
+                                     "document name given to add (chat:alice/1).")] = None,
     context: Annotated[str | None, typer.Option(help="Only this context IRI.")] = None,
     arms: Annotated[str, typer.Option(help="vector, lexical or hybrid.")] = "hybrid",
     dsn: DsnOpt = None,
@@ -427,7 +428,8 @@ def recall(
         rows = conn.execute(
             "select statement_id, revision_id, char_start, char_end, score, valid_time::text, "
             "chunk_text, vector_rank, lexical_rank, place "
-            "from donto.recall(%s, k => %s, context => %s, arms => %s)",
+            "from donto.recall(%s::text, k => %s::integer, context => %s::text, "
+            "arms => %s::text)",
             (query, k, context, arms)).fetchall()
     keys = ["statement_id", "revision_id", "char_start", "char_end", "score", "valid_time",
             "text", "vector_rank", "lexical_rank", "place"]

@@ -53,6 +53,7 @@ from typing import Any
 
 import psycopg
 
+from donto_pg import loader
 from donto_pg.llm import ProviderError, ProviderFatalError, ProviderPool
 
 __all__ = [
@@ -84,10 +85,6 @@ BASELINE_NOTE = (
 # --- selection and projection -----------------------------------------------------------
 
 
-def _document_iri(name: str) -> str:
-    return name if ":" in name else f"beam:{name}"
-
-
 def resolve_revisions(
     conn: psycopg.Connection,
     revision_ids: Iterable[int] | None = None,
@@ -111,7 +108,7 @@ def resolve_revisions(
         out += ids
     if conversations:
         for name in conversations:
-            iri = _document_iri(name)
+            iri = loader.document_iri(name)
             row = conn.execute(
                 "select r.revision_id from donto.revision as r "
                 "inner join donto.document as d using (document_id) where d.iri = %s "

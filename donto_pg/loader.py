@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 import psycopg
 
 from donto_pg import beam
+from donto_pg.errors import DontoError, InputError, from_database
 
 
 @dataclass
@@ -43,8 +44,11 @@ class LoadResult:
 
 
 def document_iri(conv: beam.Conversation | str) -> str:
-    """The document IRI of a BEAM conversation (or of its id, e.g. ``100K/1``)."""
-    return f"beam:{conv if isinstance(conv, str) else conv.conversation_id}"
+    """The document IRI of a BEAM conversation, or of a name: a BEAM id (``100K/1``), or
+    a document IRI as given to ``donto-pg add`` (``chat:alice/1``, kept as it is)."""
+    if isinstance(conv, str):
+        return conv if ":" in conv else f"beam:{conv}"
+    return f"beam:{conv.conversation_id}"
 
 
 def recall_context(conn: psycopg.Connection, conversation: beam.Conversation | str) -> str:
@@ -58,11 +62,13 @@ def check_body(body: str, where: str) -> None:
     """Refuse text PostgreSQL cannot store, with the place named."""
     nul = body.find("\x00")
     if nul >= 0:
-        raise ValueError(f"{where}: NUL byte at character {nul}")
+        raise InputError(f"{where}: NUL byte at character {nul}",
+                         fix="PostgreSQL text cannot hold NUL: remove it from the input")
     try:
         body.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"{where}: invalid text at character {exc.start} ({exc.reason})") from exc
+        raise InputError(f"{where}: invalid text at character {exc.start} ({exc.reason})",
+                         fix="give valid Unicode (no lone surrogates)") from exc
 
 
 def turn_rows(spans: Iterable[beam.TurnSpan]) -> list[dict[str, object]]:
@@ -177,7 +183,9 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
         res.turns, res.questions, res.chunks = rec.turns, rec.questions, rec.chunks
         res.appended, res.standing = rec.appended, rec.standing
         res.ok = True
-    except (psycopg.Error, ValueError, RecursionError) as exc:
+    except psycopg.Error as exc:
+        res.error = f"{conv.conversation_id}: {from_database(exc)}"
+    except (DontoError, ValueError, RecursionError) as exc:
         res.error = f"{conv.conversation_id}: {str(exc).strip()}"
     return res
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from donto_pg.core.conversation import Conversation, Message, Question
+from donto_pg.core.transcript import clean_content
 
 ABILITIES: tuple[str, ...] = (
     "abstention",
@@ -49,13 +50,6 @@ _SCALE_IN_NAME_RE = re.compile(r"(?<![0-9a-z])(100k|500k|1m|10m)(?![0-9a-z])", r
 _PLAN_RE = re.compile(r"^plan-(\d+)$")
 _GITHUB_PLANS = range(0, 10)
 _HF_PLANS = range(1, 11)
-
-# The generator's bookkeeping marker at the end of (mostly user) messages: " ->-> 1,1",
-# and the variants seen in the data: "->-> 2,N/A", "->-> 1,5)", "->-> 3,", "->-> 2,22, 24".
-_MARKER_RE = re.compile(
-    r"[ \t]*->->[ \t]*\d+[ \t]*,[ \t]*(?:\d+(?:[ \t]*,[ \t]*\d+)*|N/A)?[ \t]*\)?\s*\Z"
-)
-_MARKER_WINDOW = 200
 
 _MONTHS = {
     name: i
@@ -106,17 +100,6 @@ class BeamFormatError(ValueError):
 
 
 # --------------------------------------------------------------------------- small helpers
-
-
-def clean_content(text: str) -> str:
-    """Normalise newlines, drop trailing generator markers (`` ->-> 1,1``), strip the end."""
-    s = text.replace("\r\n", "\n").replace("\r", "\n").rstrip()
-    while True:
-        tail = s[-_MARKER_WINDOW:]
-        m = _MARKER_RE.search(tail)
-        if m is None:
-            return s
-        s = s[: len(s) - len(tail) + m.start()].rstrip()
 
 
 def parse_beam_date(value: str) -> datetime.date:

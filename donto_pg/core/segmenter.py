@@ -265,6 +265,8 @@ class _Packer:
         if b is None:
             return
         self.cur = None
+        if b.end <= b.start:  # only empty messages: nothing to extract, no block
+            return
         prefix = None
         if self.last_part is not None and self.last_session == b.session:
             lp = self.last_part

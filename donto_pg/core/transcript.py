@@ -14,6 +14,7 @@ its prefix, and a revision can be extended by appending turns
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -54,6 +55,25 @@ def render(messages: Iterable[Mapping[str, Any]], start: int = 0,
     return "".join(parts), spans
 
 
+# The generator's bookkeeping marker at the end of (mostly user) messages: " ->-> 1,1",
+# and the variants seen in the data: "->-> 2,N/A", "->-> 1,5)", "->-> 3,", "->-> 2,22, 24".
+_MARKER_RE = re.compile(
+    r"[ \t]*->->[ \t]*\d+[ \t]*,[ \t]*(?:\d+(?:[ \t]*,[ \t]*\d+)*|N/A)?[ \t]*\)?\s*\Z"
+)
+_MARKER_WINDOW = 200
+
+
+def clean_content(text: str) -> str:
+    """Normalise newlines, drop trailing generator markers (`` ->-> 1,1``), strip the end."""
+    s = text.replace("\r\n", "\n").replace("\r", "\n").rstrip()
+    while True:
+        tail = s[-_MARKER_WINDOW:]
+        m = _MARKER_RE.search(tail)
+        if m is None:
+            return s
+        s = s[: len(s) - len(tail) + m.start()].rstrip()
+
+
 def append_rows(messages: list[Mapping[str, Any]], start: int,
                 prev: Mapping[str, Any] | None) -> tuple[str, list[dict[str, Any]]]:
     """Render MESSAGES appended to a body of START characters whose last turn is PREV
@@ -62,7 +82,10 @@ def append_rows(messages: list[Mapping[str, Any]], start: int,
     A message is ``{role, content}`` with optional ``turn_id`` (default: the previous
     one + 1), ``session`` (default: the previous turn's), ``date`` (ISO, default none)
     and ``exchange`` (default: a user message opens a new exchange, another continues
-    the previous one). Returns the appended text and the new turns as rows of
+    the previous one). Contents are cleaned as the loaders clean them
+    (:func:`clean_content`), so appending turns and loading the longer conversation give
+    the same text; ids, sessions and exchanges are whole numbers >= 0, as the loaders
+    require. Returns the appended text and the new turns as rows of
     ``donto.record_turns`` (spans in the whole body). Raises ``ValueError`` on a
     malformed message.
     """
@@ -81,16 +104,10 @@ def append_rows(messages: list[Mapping[str, Any]], start: int,
             raise ValueError(f"turn {i}: role must be a non-empty one-line word")
         if not isinstance(content, str):
             raise ValueError(f"turn {i}: content must be a string")
-        turn_id = m.get("turn_id", turn_id + 1)
-        if isinstance(turn_id, bool) or not isinstance(turn_id, int):
-            raise ValueError(f"turn {i}: turn_id must be an integer")
-        session = m.get("session", session)
-        if isinstance(session, bool) or not isinstance(session, int):
-            raise ValueError(f"turn {i}: session must be an integer")
-        exchange = m.get("exchange", exchange + 1 if role == "user" or exchange < 0
-                         else exchange)
-        if isinstance(exchange, bool) or not isinstance(exchange, int):
-            raise ValueError(f"turn {i}: exchange must be an integer")
+        turn_id = _whole(m.get("turn_id", turn_id + 1), f"turn {i}: turn_id")
+        session = _whole(m.get("session", session), f"turn {i}: session")
+        exchange = _whole(m.get("exchange", exchange + 1 if role == "user" or exchange < 0
+                                else exchange), f"turn {i}: exchange")
         date = m.get("date")
         if date is not None:
             try:
@@ -98,9 +115,16 @@ def append_rows(messages: list[Mapping[str, Any]], start: int,
             except ValueError as exc:
                 raise ValueError(f"turn {i}: date {date!r} is not an ISO date") from exc
         full.append({"seq": seq + i, "turn_id": turn_id, "role": role, "session": session,
-                     "exchange": exchange, "date": date, "content": content})
+                     "exchange": exchange, "date": date, "content": clean_content(content)})
     text, spans = render(full, start, prev["session"] if prev else None)
     rows = [{k: v for k, v in m.items() if k != "content"}
             | {"header_start": h, "char_start": s, "char_end": e}
             for m, (h, s, e) in zip(full, spans, strict=True)]
     return text, rows
+
+
+def _whole(value: object, what: str) -> int:
+    """VALUE as a turn table number: a whole number from 0 to 2**31 - 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise ValueError(f"{what} must be a whole number from 0 to {2**31 - 1}, got {value!r}")
+    return value

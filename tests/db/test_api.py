@@ -65,6 +65,10 @@ def test_messages_become_the_canonical_text():
     ([{"role": "user", "content": "x", "timestamp": "soon"}], "timestamp 'soon'"),
     ([{"role": "user", "content": "x", "session": "two"}], "session 'two'"),
     (["x"], "message 0 is a str"),
+    ([{"role": "user\n", "content": "x"}], "role 'user\\n' is not a name"),
+    ([{"role": "user", "content": "x", "timestamp": 1e20}], "timestamp 1e+20"),
+    ([{"role": "user", "content": "x", "timestamp": float("nan")}], "timestamp nan"),
+    ([{"role": "user", "content": "x", "timestamp": -1e15}], "timestamp -1000000000000000.0"),
 ])
 def test_malformed_messages_are_refused(messages, needle):
     with pytest.raises(InputError, match=re.escape(needle)):
@@ -153,6 +157,17 @@ def test_cli_add_reads_json_jsonl_and_text(db, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 2 and "Traceback" not in r.stderr
     r = run_cli(db, "add", str(tmp_path / "nosuch.json"))
     assert r.returncode == 1 and "nosuch.json: no such file" in r.stderr
+    # recall -c takes the document name add was given
+    r = run_cli(db, "recall", "Berlin", "-c", "chat:b", "--arms", "lexical", "--json")
+    assert r.returncode == 0, r.stderr
+    assert {h["revision_id"] for h in json.loads(r.stdout)} == {b["revision_id"]}
+    r = run_cli(db, "recall", "Berlin", "-k", "2147483648")
+    assert r.returncode == 2 and "--k" in r.stderr
+    # bad text is bad input, not a bug
+    (tmp_path / "nul.txt").write_text("hello\x00world\n")
+    r = run_cli(db, "add", str(tmp_path / "nul.txt"), "--no-embed")
+    assert r.returncode == 1 and "NUL byte at character 5" in r.stderr, r.stderr
+    assert "unexpected" not in r.stderr and "Traceback" not in r.stderr
 
 
 def readme_example() -> str:
@@ -179,3 +194,75 @@ def test_readme_example_runs(db):
     payload = api.recall_payload(db, "where does my sister live?", 1000, k=3,
                                  document="chat:alice/1")
     assert 0 < payload["tokens"] <= 1000 and "Porto" in json.dumps(payload), payload
+
+
+def test_add_is_all_or_nothing_and_empty_messages_are_stored(db):
+    """A session of nothing but an empty message gives no extraction block (a block of no
+    characters has nothing to extract); an unknown embedding model is refused before
+    anything is stored."""
+    chat = [{"role": "user", "content": "hello there, I live in Oslo."},
+            {"role": "assistant", "content": "Nice."},
+            {"role": "assistant", "content": "", "session": 2},
+            {"role": "system", "content": "   ", "session": 3}]
+    rev = api.add_conversation(db, chat, "chat:t/empty", embed=False)
+    blocks = db.execute("select char_start, char_end from donto.extraction_block "
+                        "where revision_id = %s", (rev,)).fetchall()
+    assert blocks and all(a < b for a, b in blocks)
+    assert db.execute("select count(*) from donto.turn where revision_id = %s",
+                      (rev,)).fetchone() == (4,)
+    db.commit()
+    before = db.execute("select count(*) from donto.document").fetchone()
+    with pytest.raises(InputError, match="cannot load the embedding model"):
+        api.add_conversation(db, CHAT, "chat:t/model", model="/nonexistent/model")
+    assert db.execute("select count(*) from donto.document").fetchone() == before
+
+
+def test_a_failed_call_leaves_the_connection_usable(db):
+    api.add_conversation(db, CHAT, "chat:t/1", embed=False)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="query is empty"):
+        api.recall(db, "", document="chat:t/1", arms="lexical")
+    hits = api.recall(db, "Porto sister", k=3, document="chat:t/1", arms="lexical")
+    assert "Porto" in hits[0].text
+    with pytest.raises(InputError, match="NUL byte at character 1"):
+        api.add_text(db, "a\x00b", "doc:nul")
+    with pytest.raises(InputError, match=r"invalid text at character \d+ \(surrogates"):
+        api.add_conversation(db, [{"role": "user", "content": "a\ud800b"}], "chat:t/s",
+                             embed=False)
+    assert api.claims(db, document="chat:t/1") == []
+    assert db.execute("select count(*) from donto.document where iri in "
+                      "('doc:nul', 'chat:t/s')").fetchone() == (0,)
+
+
+def test_read_chat_file_reports_bad_bytes_and_keeps_unicode_line_separators(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'[{"role": "user", "content": "caf\xe9"}]')
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        api.read_chat_file(bad)
+    lines = tmp_path / "sep.jsonl"
+    lines.write_text(json.dumps({"role": "user", "content": "one\u2028two\x85three"},
+                                ensure_ascii=False) + "\n", encoding="utf-8")
+    assert api.read_chat_file(lines) == [{"role": "user",
+                                          "content": "one\u2028two\x85three"}]
+
+
+def test_appended_turns_are_cleaned_as_a_load_cleans_them(db):
+    """Appending turns and then adding the whole conversation gives one revision: the
+    appended contents are cleaned as the loaders clean them (newlines, trailing spaces,
+    the generator's marker); the numbers are checked as the loaders check them."""
+    first = [{"role": "user", "content": "I like tea."}, {"role": "assistant", "content": "OK."}]
+    more = [{"role": "user", "content": "Also coffee.  \r\n ->-> 1,1"},
+            {"role": "assistant", "content": "Sure.\r\nNoted."}]
+    rev1 = api.add_conversation(db, first, "chat:t/grow", embed=False)
+    rev2 = db.execute("select donto.append_turns('chat:t/grow', %s)",
+                      (json.dumps(more),)).fetchone()[0]
+    db.commit()
+    assert rev2 != rev1
+    assert api.add_conversation(db, first + more, "chat:t/grow", embed=False) == rev2
+    assert db.execute("select count(*) from donto.revision join donto.document "
+                      "using (document_id) where iri = 'chat:t/grow'").fetchone() == (2,)
+    for bad in ({"session": -5}, {"turn_id": -1}, {"exchange": -3}, {"turn_id": 2**40}):
+        turn = [{"role": "user", "content": "x", **bad}]
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="whole number"):
+            db.execute("select donto.append_turns('chat:t/grow', %s)", (json.dumps(turn),))
+        db.rollback()
+
