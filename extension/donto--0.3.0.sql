@@ -1849,7 +1849,9 @@ It also records the recall keys of the revision's user turns
 Idempotent: a second call with the same arguments returns the existing count.
 A revision that extends (donto.extend_revision) one projected with the same
 window and context grows that projection instead (donto._extend_recall): the
-unchanged windows are kept with their vectors, only the new text is cut.
+unchanged windows are kept with their vectors, only the new text is cut. A revision
+that does not (a changed conversation) supersedes the others in the context: their
+chunks are retracted (donto._retract_superseded), so recall answers from it.
 */
 declare
     v_doc bigint;
@@ -1943,6 +1945,9 @@ begin
         from w
         order by w.chunk_index;
         get diagnostics v_n = row_count;
+        -- A changed conversation: recall answers from this revision, not from the ones
+        -- it does not extend (their chunks here are retracted as superseded).
+        perform donto._retract_superseded(v_ctx, rev_id);
     end if;
     -- The recall keys of its user turns (sql/087; idempotent, new turns only).
     perform donto.project_turn_keys(rev_id);
@@ -6685,6 +6690,46 @@ comment on function donto.revision_lineage(bigint) is
 'A revision with those it extends and those extending it (bodies that are prefixes of one '
 'another): spans in the shorter body are the same text in all.';
 
+create or replace function donto._retract_superseded(p_context_id bigint, p_revision_id bigint)
+returns integer
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+A changed conversation: revision P_REVISION_ID was projected into context P_CONTEXT_ID
+(recall or standing; a context belongs to one document) and does not extend the
+revisions projected there before (their bodies are not prefixes of one another). Its
+statements answer from now on: retract every statement still current in the context
+that comes from a revision outside P_REVISION_ID's lineage (donto.revision_lineage),
+with the reason. as_of before now still finds them. Returns how many were retracted.
+Called by donto.project_recall and donto.project_standing (as the owner); a writer
+cannot insert into donto.retraction.
+*/
+    with gone as (
+        insert into donto.retraction (statement_id, reason)
+        select
+            s.statement_id,
+            pg_catalog.format('superseded: the conversation changed (revision %s does not '
+                              'extend revision %s)', p_revision_id, s.derived_from_revision)
+        from donto.statement as s
+        where s.context_id = p_context_id
+              and s.derived_from_revision <> all (
+                  array(select donto.revision_lineage(p_revision_id)))
+              and not exists (select 1 from donto.retraction as r
+                              where r.statement_id = s.statement_id)
+        order by s.statement_id
+        on conflict do nothing
+        returning 1
+    )
+    select pg_catalog.count(*)::integer from gone;
+$$;
+
+comment on function donto._retract_superseded(bigint, bigint) is
+'Retract the statements of a context that come from revisions a changed conversation '
+'replaces (outside its lineage); returns the count.';
+
 
 -- sql/086-standing.sql
 -- Standing memory: the user's instructions, preferences and constraints,
@@ -6741,7 +6786,9 @@ later statement of the same kind and subject key that asks for the same thing
 (the knowledge-update rule, donto._standing_supersedes) takes over, on the
 later one's date (a one-day range when both share a date), and is open
 otherwise. CONTEXT defaults to donto.standing_context_iri of the
-document. Idempotent: a second call returns the existing count.
+document. Idempotent: a second call returns the existing count. A changed
+conversation (a revision that does not extend the others projected in the context)
+retracts their standing statements (donto._retract_superseded).
 */
 declare
     v_doc bigint;
@@ -6824,6 +6871,9 @@ begin
     from d
     order by d.ord;
     get diagnostics v_n = row_count;
+    -- A changed conversation: the standing statements of the revisions it does not
+    -- extend are retracted as superseded (those it extends are covered by it).
+    perform donto._retract_superseded(v_ctx, rev_id);
     return v_n;
 end;
 $$;

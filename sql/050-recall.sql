@@ -54,7 +54,9 @@ It also records the recall keys of the revision's user turns
 Idempotent: a second call with the same arguments returns the existing count.
 A revision that extends (donto.extend_revision) one projected with the same
 window and context grows that projection instead (donto._extend_recall): the
-unchanged windows are kept with their vectors, only the new text is cut.
+unchanged windows are kept with their vectors, only the new text is cut. A revision
+that does not (a changed conversation) supersedes the others in the context: their
+chunks are retracted (donto._retract_superseded), so recall answers from it.
 */
 declare
     v_doc bigint;
@@ -148,6 +150,9 @@ begin
         from w
         order by w.chunk_index;
         get diagnostics v_n = row_count;
+        -- A changed conversation: recall answers from this revision, not from the ones
+        -- it does not extend (their chunks here are retracted as superseded).
+        perform donto._retract_superseded(v_ctx, rev_id);
     end if;
     -- The recall keys of its user turns (sql/087; idempotent, new turns only).
     perform donto.project_turn_keys(rev_id);

@@ -710,3 +710,43 @@ $$;
 comment on function donto.revision_lineage(bigint) is
 'A revision with those it extends and those extending it (bodies that are prefixes of one '
 'another): spans in the shorter body are the same text in all.';
+
+create or replace function donto._retract_superseded(p_context_id bigint, p_revision_id bigint)
+returns integer
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+A changed conversation: revision P_REVISION_ID was projected into context P_CONTEXT_ID
+(recall or standing; a context belongs to one document) and does not extend the
+revisions projected there before (their bodies are not prefixes of one another). Its
+statements answer from now on: retract every statement still current in the context
+that comes from a revision outside P_REVISION_ID's lineage (donto.revision_lineage),
+with the reason. as_of before now still finds them. Returns how many were retracted.
+Called by donto.project_recall and donto.project_standing (as the owner); a writer
+cannot insert into donto.retraction.
+*/
+    with gone as (
+        insert into donto.retraction (statement_id, reason)
+        select
+            s.statement_id,
+            pg_catalog.format('superseded: the conversation changed (revision %s does not '
+                              'extend revision %s)', p_revision_id, s.derived_from_revision)
+        from donto.statement as s
+        where s.context_id = p_context_id
+              and s.derived_from_revision <> all (
+                  array(select donto.revision_lineage(p_revision_id)))
+              and not exists (select 1 from donto.retraction as r
+                              where r.statement_id = s.statement_id)
+        order by s.statement_id
+        on conflict do nothing
+        returning 1
+    )
+    select pg_catalog.count(*)::integer from gone;
+$$;
+
+comment on function donto._retract_superseded(bigint, bigint) is
+'Retract the statements of a context that come from revisions a changed conversation '
+'replaces (outside its lineage); returns the count.';

@@ -52,7 +52,9 @@ later statement of the same kind and subject key that asks for the same thing
 (the knowledge-update rule, donto._standing_supersedes) takes over, on the
 later one's date (a one-day range when both share a date), and is open
 otherwise. CONTEXT defaults to donto.standing_context_iri of the
-document. Idempotent: a second call returns the existing count.
+document. Idempotent: a second call returns the existing count. A changed
+conversation (a revision that does not extend the others projected in the context)
+retracts their standing statements (donto._retract_superseded).
 */
 declare
     v_doc bigint;
@@ -135,6 +137,9 @@ begin
     from d
     order by d.ord;
     get diagnostics v_n = row_count;
+    -- A changed conversation: the standing statements of the revisions it does not
+    -- extend are retracted as superseded (those it extends are covered by it).
+    perform donto._retract_superseded(v_ctx, rev_id);
     return v_n;
 end;
 $$;

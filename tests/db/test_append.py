@@ -321,3 +321,51 @@ def test_upgrade_to_014_caches_the_stored_vectors(empty_db):
     assert conn.execute("select embedding::text from donto.cached_embeddings(%s, %s)",
                         (mid, [key])).fetchall() == [("[0,1,0]",)]
     conn.rollback()
+
+
+def test_a_changed_conversation_supersedes_the_old_one_in_recall(db):
+    """A conversation whose old text changed is a new revision beside the old one; its
+    projections retract the old one's chunks and standing statements (not those of the
+    revisions it extends), so recall answers from it, and as_of from before still finds
+    the old text."""
+    from donto_pg import api
+
+    def chat(city: str, lang: str) -> list[dict]:
+        return [{"role": "user", "content": f"I live in {city} now.", "timestamp": "2024-03-02"},
+                {"role": "assistant", "content": "Noted."},
+                {"role": "user", "content": f"Always answer me in {lang}."},
+                {"role": "assistant", "content": "Sure."}]
+
+    def live(kind: str) -> list[str]:
+        return [r[0] for r in db.execute(
+            "select s.object_lit ->> 'v' from donto.statement s join donto.context c "
+            "using (context_id) where c.iri = %s and not exists (select 1 from "
+            "donto.retraction r where r.statement_id = s.statement_id) order by 1",
+            (f"ctx:memory/{kind}/chat/t/moved",)).fetchall()]
+
+    old = api.add_conversation(db, chat("Oslo", "French"), "chat:t/moved", embed=False)
+    grown = api.add_conversation(db, chat("Oslo", "French") + [
+        {"role": "user", "content": "My cat is called Tom."}], "chat:t/moved", embed=False)
+    assert any("Tom" in t for t in live("episodic")) and any("Oslo" in t for t in live("episodic"))
+    before = db.execute("select now()").fetchone()[0]
+    db.commit()
+    new = api.add_conversation(db, chat("Bergen", "German"), "chat:t/moved", embed=False)
+    assert len({old, grown, new}) == 3
+    chunks = live("episodic")
+    assert chunks and all("Oslo" not in t and "Tom" not in t for t in chunks)
+    assert any("Bergen" in t for t in chunks)
+    assert live("standing") == ["Always answer me in German."]
+    hits = api.recall(db, "where do I live", document="chat:t/moved", arms="lexical")
+    assert hits and {h.revision_id for h in hits} == {new}
+    then = api.recall(db, "where do I live", document="chat:t/moved", arms="lexical",
+                      as_of=before)
+    assert then and {h.revision_id for h in then} <= {old, grown}
+    reasons = {r[0] for r in db.execute(
+        "select reason from donto.retraction where reason like 'superseded: the conversation%'")}
+    assert reasons == {f"superseded: the conversation changed (revision {new} does not extend "
+                       f"revision {r})" for r in (old, grown)}
+    # the same text again is the same revision: nothing changes
+    n = db.execute("select count(*) from donto.retraction").fetchone()[0]
+    assert api.add_conversation(db, chat("Bergen", "German"), "chat:t/moved", embed=False) == new
+    assert db.execute("select count(*) from donto.retraction").fetchone()[0] == n
+    db.commit()
