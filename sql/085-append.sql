@@ -719,25 +719,33 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-A changed conversation: revision P_REVISION_ID was projected into context P_CONTEXT_ID
-(recall or standing; a context belongs to one document) and does not extend the
-revisions projected there before (their bodies are not prefixes of one another). Its
-statements answer from now on: retract every statement still current in the context
-that comes from a revision outside P_REVISION_ID's lineage (donto.revision_lineage),
-with the reason. as_of before now still finds them. Returns how many were retracted.
-Called by donto.project_recall and donto.project_standing (as the owner); a writer
-cannot insert into donto.retraction.
+A changed conversation: a revision of P_REVISION_ID's document was projected into
+context P_CONTEXT_ID (recall or standing; a context belongs to one document). The
+document's latest revision answers (the last registered, as donto.register_revision
+counts "supersedes"): retract every statement still current in the context that comes
+from a revision outside the latest one's lineage (donto.revision_lineage: the
+revisions it extends), with the reason. So projecting the latest supersedes the older
+texts, and projecting an older one again (another window, say) adds nothing current.
+as_of before now still finds them. Returns how many were retracted. Called by
+donto.project_recall and donto.project_standing (as the owner); a writer cannot insert
+into donto.retraction.
 */
-    with gone as (
+    with latest as (
+        select pg_catalog.max(r.revision_id) as rev
+        from donto.revision as r
+        where r.document_id = (select r0.document_id from donto.revision as r0
+                               where r0.revision_id = p_revision_id)
+    ),
+    gone as (
         insert into donto.retraction (statement_id, reason)
         select
             s.statement_id,
-            pg_catalog.format('superseded: the conversation changed (revision %s does not '
-                              'extend revision %s)', p_revision_id, s.derived_from_revision)
+            pg_catalog.format('superseded: the conversation changed (revision %s, the latest, '
+                              'does not extend revision %s)', l.rev, s.derived_from_revision)
         from donto.statement as s
+        cross join latest as l
         where s.context_id = p_context_id
-              and s.derived_from_revision <> all (
-                  array(select donto.revision_lineage(p_revision_id)))
+              and s.derived_from_revision <> all (array(select donto.revision_lineage(l.rev)))
               and not exists (select 1 from donto.retraction as r
                               where r.statement_id = s.statement_id)
         order by s.statement_id
@@ -748,5 +756,5 @@ cannot insert into donto.retraction.
 $$;
 
 comment on function donto._retract_superseded(bigint, bigint) is
-'Retract the statements of a context that come from revisions a changed conversation '
-'replaces (outside its lineage); returns the count.';
+'Retract the statements of a context that come from revisions outside the lineage of its '
+'document''s latest revision (a changed conversation); returns the count.';

@@ -362,10 +362,16 @@ def test_a_changed_conversation_supersedes_the_old_one_in_recall(db):
     assert then and {h.revision_id for h in then} <= {old, grown}
     reasons = {r[0] for r in db.execute(
         "select reason from donto.retraction where reason like 'superseded: the conversation%'")}
-    assert reasons == {f"superseded: the conversation changed (revision {new} does not extend "
-                       f"revision {r})" for r in (old, grown)}
-    # the same text again is the same revision: nothing changes
+    assert reasons == {f"superseded: the conversation changed (revision {new}, the latest, does "
+                       f"not extend revision {r})" for r in (old, grown)}
+    # the same text again is the same revision: nothing changes; an older text again is
+    # that older revision, and projecting it anew (another window) adds nothing current
     n = db.execute("select count(*) from donto.retraction").fetchone()[0]
     assert api.add_conversation(db, chat("Bergen", "German"), "chat:t/moved", embed=False) == new
     assert db.execute("select count(*) from donto.retraction").fetchone()[0] == n
+    assert api.add_conversation(db, chat("Oslo", "French"), "chat:t/moved", embed=False,
+                                window_chars=30) == old
+    assert live("episodic") == chunks and live("standing") == ["Always answer me in German."]
+    hits = api.recall(db, "where do I live", document="chat:t/moved", arms="lexical")
+    assert {h.revision_id for h in hits} == {new}
     db.commit()
