@@ -387,11 +387,13 @@ def embed(
         r = _embed(conn, model, context=context, progress=not as_json, batch=batch, page=page,
                    chunks=not keys_only)
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
-            "embedded": r.embedded, "already": r.already, "seconds": round(r.seconds, 2),
+            "embedded": r.embedded, "encoded": r.encoded, "already": r.already,
+            "seconds": round(r.seconds, 2),
             "chunks_per_second": round(r.rate, 1), "index": r.index, "keys": r.keys,
             "standing": r.standing, "standing_conditions": r.conditions}
     out(data, as_json, f"embedded {r.embedded} chunks with {r.model} ({r.dimension}-d) in "
-        f"{r.seconds:.1f}s ({r.rate:.1f}/s); {r.already} already had vectors; index {r.index}; "
+        f"{r.seconds:.1f}s ({r.rate:.1f}/s; {r.encoded} texts encoded, the rest from the "
+        f"cache); {r.already} already had vectors; index {r.index}; "
         f"{r.keys} recall keys, {r.standing} standing statements ({r.conditions} conditions)")
 
 

@@ -216,12 +216,21 @@ def test_embed_resumes_after_kill(db, tmp_path):
     assert 0 < partial < total, "the kill should land mid-run"
     r = run_cli(db, "embed", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["embedded"] == total - partial
+    report = json.loads(r.stdout)
+    assert report["embedded"] == total - partial
+    assert 0 < report["encoded"] <= report["embedded"]
     got = db.execute("select count(*), count(distinct statement_id) from donto.embedding"
                      ).fetchone()
     assert got == (total, total)
     assert db.execute("select count(*) from pg_indexes where indexname = 'embedding_hnsw_m1'"
                       ).fetchone()[0] == 1
+    # the same chunks in another context: every vector from the cache, none encoded
+    rev = db.execute("select max(revision_id) from donto.revision").fetchone()[0]
+    db.execute("select donto.project_recall(%s, 1200, 'ctx:test/copy')", (rev,))
+    db.commit()
+    r = run_cli(db, "embed", "--json")
+    assert r.returncode == 0, r.stderr
+    assert (json.loads(r.stdout)["embedded"], json.loads(r.stdout)["encoded"]) == (total, 0)
 
 
 def test_psql_recall_as_reader(db, tmp_path):
