@@ -6709,8 +6709,11 @@ as_of before now still finds them. Returns how many were retracted. Called by
 donto.project_recall and donto.project_standing (as the owner); a writer cannot insert
 into donto.retraction.
 */
+    -- the latest revision and its lineage, computed once (not once per statement)
     with latest as (
-        select pg_catalog.max(r.revision_id) as rev
+        select
+            pg_catalog.max(r.revision_id) as rev,
+            array(select donto.revision_lineage(pg_catalog.max(r.revision_id))) as keep
         from donto.revision as r
         where r.document_id = (select r0.document_id from donto.revision as r0
                                where r0.revision_id = p_revision_id)
@@ -6724,7 +6727,7 @@ into donto.retraction.
         from donto.statement as s
         cross join latest as l
         where s.context_id = p_context_id
-              and s.derived_from_revision <> all (array(select donto.revision_lineage(l.rev)))
+              and s.derived_from_revision <> all (l.keep)
               and not exists (select 1 from donto.retraction as r
                               where r.statement_id = s.statement_id)
         order by s.statement_id
