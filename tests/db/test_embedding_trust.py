@@ -147,3 +147,33 @@ def test_a_writer_cannot_call_the_internal_definers(db, logins):
                       "join donto.extraction_block as b using (projection_id) "
                       "where p.kind = 'extraction' and p.revision_id = %s",
                       (rev2,)).fetchone()[0] > 0
+
+
+def test_a_writer_who_changes_a_conversation_is_named_in_what_it_superseded(db, logins):
+    """Documents are not owned per role (any writer may retract with donto.retract), so a
+    writer may load a changed text of someone's conversation: the retractions it causes
+    name its login, and a document whose text it did not change keeps every chunk."""
+    from donto_pg import api
+
+    def chat(city: str) -> list[dict]:
+        return [{"role": "user", "content": f"I live in {city}."},
+                {"role": "assistant", "content": "Noted."}]
+
+    api.add_conversation(db, chat("Oslo"), "chat:victim/1", embed=False)
+    api.add_conversation(db, chat("Oslo"), "chat:bystander/1", embed=False)
+    db.commit()
+    mallory, as_mallory = logins()
+    m = as_mallory()
+    api.add_conversation(m, chat("Bergen"), "chat:victim/1", embed=False)
+    rows = db.execute(
+        "select r.login_role, c.iri from donto.retraction r "
+        "join donto.statement s using (statement_id) join donto.context c using (context_id) "
+        "where r.reason like 'superseded: the conversation changed%'").fetchall()
+    assert rows and {login for login, _ in rows} == {mallory}
+    assert {iri for _, iri in rows} <= {"ctx:memory/episodic/chat/victim/1",
+                                         "ctx:memory/standing/chat/victim/1"}
+    assert db.execute(
+        "select count(*) from donto.retraction r join donto.statement s using (statement_id) "
+        "join donto.document d using (document_id) where d.iri = 'chat:bystander/1'"
+    ).fetchone() == (0,)
+    db.commit()
