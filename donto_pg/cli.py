@@ -328,6 +328,10 @@ def add(
     from donto_pg import api
 
     path = Path(file)
+    if path.is_dir():
+        raise InputError(f"{file}: a directory, not a file",
+                         fix="give one chat log or text file; `load-beam` reads a directory "
+                             "of BEAM conversations")
     if not path.is_file():
         raise InputError(f"{file}: no such file")
     iri = document or f"file:{path.name}"

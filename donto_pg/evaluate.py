@@ -44,6 +44,8 @@ from typing import Any
 
 import psycopg
 
+from donto_pg.loader import document_iri
+
 ARMS: tuple[str, ...] = ("vector", "lexical", "hybrid")
 RANDOM = "random"
 EXCLUDED_ABILITIES: tuple[str, ...] = ("abstention",)
@@ -80,7 +82,7 @@ def _document_iris(conversations: Iterable[str] | None) -> list[str] | None:
     """``100K/1``, ``beam:100K/1`` -> ``beam:100K/1`` (None: every conversation)."""
     if conversations is None:
         return None
-    return [c if ":" in c else f"beam:{c}" for c in conversations]
+    return [document_iri(c) for c in conversations]
 
 
 def places(rows: Sequence[tuple]) -> list[list[tuple]]:

@@ -157,6 +157,8 @@ def test_cli_add_reads_json_jsonl_and_text(db, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 2 and "Traceback" not in r.stderr
     r = run_cli(db, "add", str(tmp_path / "nosuch.json"))
     assert r.returncode == 1 and "nosuch.json: no such file" in r.stderr
+    r = run_cli(db, "add", str(tmp_path))
+    assert r.returncode == 1 and "a directory, not a file" in r.stderr and "load-beam" in r.stderr
     # recall -c takes the document name add was given
     r = run_cli(db, "recall", "Berlin", "-c", "chat:b", "--arms", "lexical", "--json")
     assert r.returncode == 0, r.stderr
