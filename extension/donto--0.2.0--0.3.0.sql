@@ -517,6 +517,51 @@ alter table donto.embedding_cache add primary key (model_id, sha256, trusted);
 
 insert into donto.migration (name, sha256) values ('023-embedding-cache-trust.sql', '094451cf347cfde165b7d33978db4e2148fcb61b07beb17c543ad3cbd15e2435');
 
+-- migrations/024-projection-superseded.sql
+-- 024: which projections a changed conversation superseded, and since when. When the
+-- latest revision of a document does not extend an older one, donto._retract_superseded
+-- (sql/085) retracts the older revision's statements in the context; recall's chunk arms
+-- skip them, but the older projection's recall keys (donto.x_turn_key) and lexical rows
+-- were still read, so they took places in the key arm's candidate pool (only to be
+-- dropped afterwards for standing for retracted chunks) and counted in the lexical arm's
+-- N and df. donto._retract_superseded now also records each such projection here, and
+-- recall leaves the projections recorded by its AS_OF out.
+
+create table donto.projection_superseded (
+    projection_id bigint primary key references donto.projection,
+    latest_revision_id bigint not null references donto.revision,
+    created_at timestamptz not null default now()
+);
+
+comment on table donto.projection_superseded is
+'A projection whose revision is outside the lineage of its document''s latest revision '
+'(a changed conversation): its statements were retracted at created_at, and recall no '
+'longer reads its keys or lexical rows (from then on, for as_of).';
+comment on column donto.projection_superseded.projection_id is
+'The superseded projection (of a revision the latest one does not extend).';
+comment on column donto.projection_superseded.latest_revision_id is
+'The document''s latest revision when it was superseded (the one that does not extend it).';
+comment on column donto.projection_superseded.created_at is
+'When it was superseded (the transaction that retracted its statements).';
+
+-- Projections superseded before 024: those with a statement retracted for that reason
+-- (donto._retract_superseded retracts all of a projection's statements at once).
+insert into donto.projection_superseded (projection_id, latest_revision_id, created_at)
+select
+    p.projection_id,
+    pg_catalog.min(substring(rt.reason from 'revision (\d+), the latest')::bigint) as latest,
+    pg_catalog.min(rt.tx_from) as superseded_at
+from donto.projection as p
+inner join donto.statement as s
+    on p.context_id = s.context_id and p.revision_id = s.derived_from_revision
+inner join donto.retraction as rt on s.statement_id = rt.statement_id
+where rt.reason like 'superseded: the conversation changed (revision %'
+group by p.projection_id
+order by p.projection_id;
+
+
+insert into donto.migration (name, sha256) values ('024-projection-superseded.sql', '1f4ffee38f38ad8d511e0d47fc00a15da32cdc47f3e1f4580d07db3c07546d2e');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -2021,9 +2066,15 @@ begin
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
           from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
     ) as q;
+    -- The projections searched, less those a changed conversation superseded by
+    -- P_AS_OF: N and df are those of the text recall answers from.
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
-    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id);
+    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id)
+          and not exists (
+              select 1 from donto.projection_superseded as ps
+              where ps.projection_id = p.projection_id
+                    and (p_as_of is null or ps.created_at <= p_as_of));
     if v_tqs is null or v_projs is null then
         return;
     end if;
@@ -2403,7 +2454,8 @@ begin
         end if;
     end if;
     -- How many chunks are searched (from the projections' chunk counts: an index
-    -- probe each). Few: an exact scan. Many: HNSW, with iterative scans so that
+    -- probe each; a projection a changed conversation superseded by AS_OF counts for
+    -- nothing). Few: an exact scan. Many: HNSW, with iterative scans so that
     -- filtering never returns fewer than k rows, and a smaller default pool.
     select coalesce(pg_catalog.sum(x.n), 0) into v_n
     from donto.projection as p
@@ -2411,7 +2463,11 @@ begin
         select pg_catalog.max(m.chunk_index) + 1 as n
         from donto.x_memory_record as m where m.projection_id = p.projection_id
     ) as x
-    where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
+    where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx)
+          and not exists (
+              select 1 from donto.projection_superseded as ps
+              where ps.projection_id = p.projection_id
+                    and (as_of is null or ps.created_at <= as_of));
     -- A context with an HNSW index of its own (donto.ensure_embedding_index) is
     -- searched through it; else up to recall_exact_max chunks exactly, above
     -- that through the model's index over every context. Setting
@@ -4682,11 +4738,14 @@ as $$
 Give the arm's units of P_REVISION_IDS that have no vector for the model the vector of
 another recall key with the same text: a recall chunk (projection A) or a unit of
 another arm with the same revision and span (same text, same vector). Returns the
-vectors copied; the rest must be embedded.
+vectors copied; the rest must be embedded. The copies are not cached
+(donto._embedding_cache_fill): a copied vector may be one a writer filed for its chunk,
+which the owner's session must not vouch for.
 */
 declare
     v_n integer;
 begin
+    perform pg_catalog.set_config('donto.embedding_copy', 'on', true);
     insert into donto.embedding (statement_id, model_id, embedding)
     select distinct on (u.statement_id) u.statement_id, p_model_id, e.embedding
     from donto.ab_unit as u
@@ -4703,6 +4762,7 @@ begin
     order by u.statement_id, o.statement_id
     on conflict (statement_id, model_id) do nothing;
     get diagnostics v_n = row_count;
+    perform pg_catalog.set_config('donto.embedding_copy', 'off', true);
     return v_n;
 end;
 $$;
@@ -5998,11 +6058,13 @@ owner (donto._session_owns_schema): key them by content in donto.embedding_cache
 (recall chunks by their text, A/B units by the text of their span, as the embed
 step encodes them). Existing keys are kept. A writer's vectors are not cached: a
 vector a writer made up would otherwise be handed to every later chunk of the same
-text, in any document. A superuser restoring a dump (check_function_bodies = off)
+text, in any document. Nor are copies of stored vectors (donto.ab_reuse_embeddings
+sets donto.embedding_copy for its insert): the original may be a writer's. A superuser restoring a dump (check_function_bodies = off)
 fills nothing: the dump brings the cache's own rows.
 */
 begin
     if not donto._session_owns_schema()
+       or pg_catalog.current_setting('donto.embedding_copy', true) = 'on'
        or (pg_catalog.current_setting('is_superuser') = 'on'
            and pg_catalog.current_setting('check_function_bodies') = 'off') then
         return null;
@@ -6178,8 +6240,10 @@ context P_CONTEXT_ID (recall or standing; a context belongs to one document). Th
 document's latest revision answers (the last registered, as donto.register_revision
 counts "supersedes"): retract every statement still current in the context that comes
 from a revision outside the latest one's lineage (donto.revision_lineage: the
-revisions it extends), with the reason. So projecting the latest supersedes the older
-texts, and projecting an older one again (another window, say) adds nothing current.
+revisions it extends), with the reason, and record the context's projections of those
+revisions in donto.projection_superseded (recall then reads neither their keys nor
+their lexical rows). So projecting the latest supersedes the older texts, and
+projecting an older one again (another window, say) adds nothing current.
 as_of before now still finds them. Returns how many were retracted. Called by
 donto.project_recall and donto.project_standing (as the owner); a writer cannot insert
 into donto.retraction.
@@ -6192,6 +6256,16 @@ into donto.retraction.
         from donto.revision as r
         where r.document_id = (select r0.document_id from donto.revision as r0
                                where r0.revision_id = p_revision_id)
+    ),
+    -- (a data-modifying sub-statement runs whether or not it is read)
+    retired as (
+        insert into donto.projection_superseded (projection_id, latest_revision_id)
+        select p.projection_id, l.rev
+        from donto.projection as p
+        cross join latest as l
+        where p.context_id = p_context_id and p.revision_id <> all (l.keep)
+        order by p.projection_id
+        on conflict do nothing
     ),
     gone as (
         insert into donto.retraction (statement_id, reason)
@@ -6214,7 +6288,8 @@ $$;
 
 comment on function donto._retract_superseded(bigint, bigint) is
 'Retract the statements of a context that come from revisions outside the lineage of its '
-'document''s latest revision (a changed conversation); returns the count.';
+'document''s latest revision (a changed conversation), and record their projections in '
+'donto.projection_superseded; returns the count.';
 
 
 -- sql/086-standing.sql
@@ -7214,12 +7289,18 @@ declare
     v_kv_ids bigint[];
     v_lex_max bigint := donto._recall_setting('recall_key_lexical_max', '2500')::bigint;
 begin
-    -- The recall projections searched that have keys (none: nothing to rank).
+    -- The recall projections searched that have keys (none: nothing to rank), less
+    -- those a changed conversation superseded by P_AS_OF (their keys would take places
+    -- in the pool and then stand for retracted chunks).
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
     where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id)
           and exists (select 1 from donto.x_turn_key as tk
-                      where tk.projection_id = p.projection_id);
+                      where tk.projection_id = p.projection_id)
+          and not exists (
+              select 1 from donto.projection_superseded as ps
+              where ps.projection_id = p.projection_id
+                    and (p_as_of is null or ps.created_at <= p_as_of));
     if v_projs is null then
         return;
     end if;

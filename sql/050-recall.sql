@@ -751,9 +751,15 @@ begin
     from (select distinct u.lexeme as t, pg_catalog.quote_literal(u.lexeme)::tsquery as tq
           from pg_catalog.unnest(pg_catalog.to_tsvector('pg_catalog.english', p_query)) as u
     ) as q;
+    -- The projections searched, less those a changed conversation superseded by
+    -- P_AS_OF: N and df are those of the text recall answers from.
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
-    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id);
+    where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id)
+          and not exists (
+              select 1 from donto.projection_superseded as ps
+              where ps.projection_id = p.projection_id
+                    and (p_as_of is null or ps.created_at <= p_as_of));
     if v_tqs is null or v_projs is null then
         return;
     end if;
@@ -1133,7 +1139,8 @@ begin
         end if;
     end if;
     -- How many chunks are searched (from the projections' chunk counts: an index
-    -- probe each). Few: an exact scan. Many: HNSW, with iterative scans so that
+    -- probe each; a projection a changed conversation superseded by AS_OF counts for
+    -- nothing). Few: an exact scan. Many: HNSW, with iterative scans so that
     -- filtering never returns fewer than k rows, and a smaller default pool.
     select coalesce(pg_catalog.sum(x.n), 0) into v_n
     from donto.projection as p
@@ -1141,7 +1148,11 @@ begin
         select pg_catalog.max(m.chunk_index) + 1 as n
         from donto.x_memory_record as m where m.projection_id = p.projection_id
     ) as x
-    where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx);
+    where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx)
+          and not exists (
+              select 1 from donto.projection_superseded as ps
+              where ps.projection_id = p.projection_id
+                    and (as_of is null or ps.created_at <= as_of));
     -- A context with an HNSW index of its own (donto.ensure_embedding_index) is
     -- searched through it; else up to recall_exact_max chunks exactly, above
     -- that through the model's index over every context. Setting

@@ -405,11 +405,14 @@ as $$
 Give the arm's units of P_REVISION_IDS that have no vector for the model the vector of
 another recall key with the same text: a recall chunk (projection A) or a unit of
 another arm with the same revision and span (same text, same vector). Returns the
-vectors copied; the rest must be embedded.
+vectors copied; the rest must be embedded. The copies are not cached
+(donto._embedding_cache_fill): a copied vector may be one a writer filed for its chunk,
+which the owner's session must not vouch for.
 */
 declare
     v_n integer;
 begin
+    perform pg_catalog.set_config('donto.embedding_copy', 'on', true);
     insert into donto.embedding (statement_id, model_id, embedding)
     select distinct on (u.statement_id) u.statement_id, p_model_id, e.embedding
     from donto.ab_unit as u
@@ -426,6 +429,7 @@ begin
     order by u.statement_id, o.statement_id
     on conflict (statement_id, model_id) do nothing;
     get diagnostics v_n = row_count;
+    perform pg_catalog.set_config('donto.embedding_copy', 'off', true);
     return v_n;
 end;
 $$;

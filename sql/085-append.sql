@@ -544,11 +544,13 @@ owner (donto._session_owns_schema): key them by content in donto.embedding_cache
 (recall chunks by their text, A/B units by the text of their span, as the embed
 step encodes them). Existing keys are kept. A writer's vectors are not cached: a
 vector a writer made up would otherwise be handed to every later chunk of the same
-text, in any document. A superuser restoring a dump (check_function_bodies = off)
+text, in any document. Nor are copies of stored vectors (donto.ab_reuse_embeddings
+sets donto.embedding_copy for its insert): the original may be a writer's. A superuser restoring a dump (check_function_bodies = off)
 fills nothing: the dump brings the cache's own rows.
 */
 begin
     if not donto._session_owns_schema()
+       or pg_catalog.current_setting('donto.embedding_copy', true) = 'on'
        or (pg_catalog.current_setting('is_superuser') = 'on'
            and pg_catalog.current_setting('check_function_bodies') = 'off') then
         return null;
@@ -724,8 +726,10 @@ context P_CONTEXT_ID (recall or standing; a context belongs to one document). Th
 document's latest revision answers (the last registered, as donto.register_revision
 counts "supersedes"): retract every statement still current in the context that comes
 from a revision outside the latest one's lineage (donto.revision_lineage: the
-revisions it extends), with the reason. So projecting the latest supersedes the older
-texts, and projecting an older one again (another window, say) adds nothing current.
+revisions it extends), with the reason, and record the context's projections of those
+revisions in donto.projection_superseded (recall then reads neither their keys nor
+their lexical rows). So projecting the latest supersedes the older texts, and
+projecting an older one again (another window, say) adds nothing current.
 as_of before now still finds them. Returns how many were retracted. Called by
 donto.project_recall and donto.project_standing (as the owner); a writer cannot insert
 into donto.retraction.
@@ -738,6 +742,16 @@ into donto.retraction.
         from donto.revision as r
         where r.document_id = (select r0.document_id from donto.revision as r0
                                where r0.revision_id = p_revision_id)
+    ),
+    -- (a data-modifying sub-statement runs whether or not it is read)
+    retired as (
+        insert into donto.projection_superseded (projection_id, latest_revision_id)
+        select p.projection_id, l.rev
+        from donto.projection as p
+        cross join latest as l
+        where p.context_id = p_context_id and p.revision_id <> all (l.keep)
+        order by p.projection_id
+        on conflict do nothing
     ),
     gone as (
         insert into donto.retraction (statement_id, reason)
@@ -760,4 +774,5 @@ $$;
 
 comment on function donto._retract_superseded(bigint, bigint) is
 'Retract the statements of a context that come from revisions outside the lineage of its '
-'document''s latest revision (a changed conversation); returns the count.';
+'document''s latest revision (a changed conversation), and record their projections in '
+'donto.projection_superseded; returns the count.';

@@ -242,12 +242,18 @@ declare
     v_kv_ids bigint[];
     v_lex_max bigint := donto._recall_setting('recall_key_lexical_max', '2500')::bigint;
 begin
-    -- The recall projections searched that have keys (none: nothing to rank).
+    -- The recall projections searched that have keys (none: nothing to rank), less
+    -- those a changed conversation superseded by P_AS_OF (their keys would take places
+    -- in the pool and then stand for retracted chunks).
     select pg_catalog.array_agg(p.projection_id order by p.projection_id) into v_projs
     from donto.projection as p
     where p.kind = 'recall' and (p_context_id is null or p.context_id = p_context_id)
           and exists (select 1 from donto.x_turn_key as tk
-                      where tk.projection_id = p.projection_id);
+                      where tk.projection_id = p.projection_id)
+          and not exists (
+              select 1 from donto.projection_superseded as ps
+              where ps.projection_id = p.projection_id
+                    and (p_as_of is null or ps.created_at <= p_as_of));
     if v_projs is null then
         return;
     end if;

@@ -375,3 +375,93 @@ def test_a_changed_conversation_supersedes_the_old_one_in_recall(db):
     hits = api.recall(db, "where do I live", document="chat:t/moved", arms="lexical")
     assert {h.revision_id for h in hits} == {new}
     db.commit()
+
+
+def test_a_changed_conversation_ranks_as_a_fresh_load_of_its_text(db):
+    """The projections a changed conversation superseded are recorded (with as_of) and
+    recall reads neither their keys nor their lexical rows: the key arm's pool holds only
+    keys of the latest text, and the lexical arm scores the latest text exactly as a
+    fresh load of it (same N, same df)."""
+    from donto_pg import api
+
+    def chat(first: str) -> list[dict]:
+        turns = [first] + [f"Day {i}: I watered the garden and planted {w}."
+                           for i, w in enumerate(["tulips", "roses", "basil", "mint", "kale",
+                                                  "leeks", "beans", "peas", "chard"])]
+        return [m for t in turns for m in ({"role": "user", "content": t},
+                                           {"role": "assistant", "content": "Lovely " * 40})]
+
+    old = api.add_conversation(db, chat("I have a small garden."), "chat:t/edited", embed=False)
+    before = db.execute("select now()").fetchone()[0]
+    db.commit()
+    new = api.add_conversation(db, chat("I have a big garden."), "chat:t/edited", embed=False)
+    fresh = api.add_conversation(db, chat("I have a big garden."), "chat:t/fresh", embed=False)
+    db.commit()
+    ctx = {d: db.execute("select context_id from donto.context where iri = %s",
+                         (f"ctx:memory/episodic/chat/t/{d}",)).fetchone()[0]
+           for d in ("edited", "fresh")}
+    assert db.execute(
+        "select p.revision_id, p.kind, s.latest_revision_id from donto.projection_superseded s "
+        "join donto.projection p using (projection_id) join donto.revision r "
+        "on r.revision_id = p.revision_id join donto.document d using (document_id) "
+        "where d.iri = 'chat:t/edited' order by 2").fetchall() == [
+        (old, "recall", new), (old, "standing", new)]
+
+    def key_arm(context: int, pool: int, as_of=None) -> list[tuple]:
+        return db.execute(
+            "select m.char_start, k.key_lexical_rank from donto._recall_keys(null, 'garden', "
+            "%s, %s, 0, %s, false, true) k join donto.x_memory_record m using (statement_id) "
+            "order by 2", (context, as_of, pool)).fetchall()
+
+    # the old text's keys (lower ids, so first among equal scores) no longer take the pool
+    assert key_arm(ctx["edited"], 3) and key_arm(ctx["edited"], 3) == key_arm(ctx["fresh"], 3)
+    assert key_arm(ctx["edited"], 3, before)  # as_of before: the old text's keys
+
+    def lexical(context: int, as_of=None) -> list[tuple]:
+        return db.execute(
+            "select m.char_start, round(l.score::numeric, 9) from donto._recall_lexical("
+            "'big garden basil', %s, %s, 10) l join donto.x_memory_record m "
+            "using (statement_id) order by 2 desc, 1", (context, as_of)).fetchall()
+
+    assert lexical(ctx["edited"]) == lexical(ctx["fresh"])
+    assert lexical(ctx["edited"], before) != lexical(ctx["fresh"])
+    assert {r[0] for r in db.execute(
+        "select revision_id from donto.recall('garden', k => 5, context => %s, "
+        "arms => 'lexical')", ("ctx:memory/episodic/chat/t/edited",))} == {new}
+    assert fresh != new
+
+
+def test_upgrade_to_024_records_the_projections_already_superseded(empty_db):
+    """024 finds the projections whose statements a changed conversation retracted before
+    it (by the reason donto._retract_superseded gives) and records them, with the latest
+    revision and the time of the retraction; a projection with other retractions is not."""
+    conn = empty_db
+    migrate.migrate(conn, upto="023")
+    conn.execute("""
+        with d as (insert into donto.document (iri) values ('test:024') returning document_id),
+        r as (insert into donto.revision (document_id, sha256, body, body_chars)
+              select document_id, sha256(b::bytea), b, 4 from d, (values ('abab'), ('cdcd'),
+              ('efef')) as v (b) returning revision_id),
+        c as (insert into donto.context (iri) values ('ctx:test/024') returning context_id),
+        p as (insert into donto.projection (revision_id, kind, strategy, context_id)
+              select revision_id, 'recall', 'fixed-window', context_id from r, c
+              returning projection_id, revision_id, context_id)
+        insert into donto.statement (subject, predicate, object_lit, context_id,
+                                     derived_from_revision, char_start, char_end)
+        select 'chunk:' || revision_id, 'mem:episodic/chunk', '{"v": "ab"}', context_id,
+               revision_id, 0, 2 from p""")
+    revs = [r[0] for r in conn.execute("select revision_id from donto.revision order by 1")]
+    conn.execute("insert into donto.retraction (statement_id, reason) select statement_id, %s "
+                 "from donto.statement where derived_from_revision = %s",
+                 (f"superseded: the conversation changed (revision {revs[2]}, the latest, does "
+                  f"not extend revision {revs[0]})", revs[0]))
+    conn.execute("insert into donto.retraction (statement_id, reason) select statement_id, "
+                 "'wrong' from donto.statement where derived_from_revision = %s", (revs[1],))
+    at = conn.execute("select now()").fetchone()[0]
+    conn.commit()
+    assert "024-projection-superseded.sql" in migrate.migrate(conn)
+    assert conn.execute(
+        "select p.revision_id, s.latest_revision_id, s.created_at from "
+        "donto.projection_superseded s join donto.projection p using (projection_id)"
+    ).fetchall() == [(revs[0], revs[2], at)]
+    assert migrate.migrate(conn) == []  # idempotent

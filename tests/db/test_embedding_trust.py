@@ -86,6 +86,37 @@ def test_a_writers_made_up_vector_reaches_no_other_document(db, logins):
     assert [text for text, _ in chunk_vectors(db, again)] == [text for text, _ in got]
 
 
+def test_the_owners_ab_run_does_not_cache_a_writers_vector(db, logins):
+    """donto.ab_reuse_embeddings copies a chunk's vector to the A/B units of the same span,
+    in the owner's session when the owner runs the A/B gate: a vector a writer made up for
+    its chunk reaches that unit (the documented limit) but is not cached, so no later chunk
+    of the same text is given it."""
+    body = BODY.replace("Berlin", "Lisbon")
+    _, as_attacker = logins()
+    a = as_attacker()
+    arev = new_revision(a, "doc:ab-attacker", body)
+    a.execute("select donto.project_recall(%s, 40)", (arev,))
+    mid = a.execute("select donto.ensure_embedding_model('all-MiniLM-L6-v2', 'x', 384)"
+                    ).fetchone()[0]
+    n = a.execute("insert into donto.embedding (statement_id, model_id, embedding) "
+                  "select statement_id, %s, %s::vector from donto.x_memory_record "
+                  "where revision_id = %s", (mid, MADE_UP, arev)).rowcount
+    a.commit()
+    cached = db.execute("select count(*) from donto.embedding_cache").fetchone()[0]
+    db.execute("select donto.ab_register_arm('fixed40', 'fixed', '{\"window\": 40}')")
+    assert db.execute("select donto.ab_project_arm('fixed40', %s)", (arev,)).fetchone()[0] > 0
+    assert db.execute("select donto.ab_reuse_embeddings('fixed40', %s, %s)",
+                      (mid, [arev])).fetchone()[0] > 0
+    db.commit()
+    assert db.execute("select count(*) from donto.embedding_cache").fetchone()[0] == cached
+    rev = db.execute("select donto.register_revision('doc:ab-victim', %s)", (body,)).fetchone()[0]
+    db.execute("select donto.project_recall(%s, 40)", (rev,))
+    db.commit()
+    report = embed_pending(db, progress=False, context="ctx:memory/episodic/doc/ab-victim")
+    assert (report.encoded, report.embedded) == (n, n)
+    assert not any(np.allclose(vec, 0.05) for _, vec in chunk_vectors(db, rev))
+
+
 def test_only_the_owner_registers_an_embedding_model(db, logins):
     _, as_writer = logins()
     w = as_writer()
