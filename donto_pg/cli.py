@@ -741,7 +741,10 @@ def dashboard(
                             "charts; re-read when it changes.")] = None,
     dsn: DsnOpt = None,
 ) -> None:
-    """Serve the live quality dashboard on http://127.0.0.1:PORT/ (read-only; Ctrl-C stops)."""
+    """Serve the live quality dashboard on http://127.0.0.1:PORT/ (read-only; Ctrl-C stops).
+
+    It prints the page's URL with a random token (?token=...): any local user can reach
+    127.0.0.1, so without the token the page and its data are refused (403)."""
     from donto_pg import dashboard as dash
 
     dash.run(dbmod.resolve_dsn(dsn), port, eval_json=eval_json, echo=typer.echo)

@@ -1087,6 +1087,33 @@ order by p.projection_id;
 
 insert into donto.migration (name, sha256) values ('024-projection-superseded.sql', '1f4ffee38f38ad8d511e0d47fc00a15da32cdc47f3e1f4580d07db3c07546d2e');
 
+-- migrations/025-revision-provenance.sql
+-- 025: a revision records who registered it, as a retraction does (015): the login role,
+-- the role the session had SET and the backend pid, filled by column defaults on the
+-- server, never from arguments. Documents are not owned per role, so a writer may register
+-- a changed text of anyone's conversation or append turns to it; what those turns then
+-- become (chunks, standing statements, claims: each derived_from_revision) names who added
+-- them. Revisions registered before 025 keep null (nobody knows who registered them).
+
+-- Defaults set apart from ADD COLUMN, so that the rows stored before stay null.
+alter table donto.revision add column login_role text;
+alter table donto.revision alter column login_role set default session_user;
+alter table donto.revision add column session_role text;
+alter table donto.revision alter column session_role
+set default nullif(pg_catalog.current_setting('role'), 'none');
+alter table donto.revision add column backend_pid integer;
+alter table donto.revision alter column backend_pid set default pg_catalog.pg_backend_pid();
+
+comment on column donto.revision.login_role is
+'The login role of the session that registered the revision (session_user; null before 025).';
+comment on column donto.revision.session_role is
+'The role that session had SET when it registered the revision (null: none, or before 025).';
+comment on column donto.revision.backend_pid is
+'The backend pid of the session that registered the revision (null before 025).';
+
+
+insert into donto.migration (name, sha256) values ('025-revision-provenance.sql', '123ffe9a1b7796be818f2a1fc0b2f64608fc93414a4b44b412b27f8e1b745e72');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -6762,25 +6789,35 @@ as $$
 /*
 A changed conversation: a revision of P_REVISION_ID's document was projected into
 context P_CONTEXT_ID (recall or standing; a context belongs to one document). The
-document's latest revision answers (the last registered, as donto.register_revision
-counts "supersedes"): retract every statement still current in the context that comes
-from a revision outside the latest one's lineage (donto.revision_lineage: the
-revisions it extends), with the reason, and record the context's projections of those
-revisions in donto.projection_superseded (recall then reads neither their keys nor
-their lexical rows). So projecting the latest supersedes the older texts, and
-projecting an older one again (another window, say) adds nothing current.
-as_of before now still finds them. Returns how many were retracted. Called by
-donto.project_recall and donto.project_standing (as the owner); a writer cannot insert
-into donto.retraction.
+latest revision projected into the context answers (the highest id among
+P_REVISION_ID and the revisions of its projections, those they grew to included; a
+revision registered
+but never projected counts for nothing, so whoever projects a changed text is the
+session that retracts the old one): retract every statement still current in the
+context that comes from a revision outside the latest one's lineage
+(donto.revision_lineage: the revisions it extends), with the reason, and record the
+context's projections of those revisions in donto.projection_superseded (recall then
+reads neither their keys nor their lexical rows). So projecting the latest
+supersedes the older texts, and projecting an older one again (another window, say)
+adds nothing current. as_of before now still finds them. Returns how many were
+retracted. Called by donto.project_recall and donto.project_standing (as the
+owner); a writer cannot insert into donto.retraction.
 */
     -- the latest revision and its lineage, computed once (not once per statement)
-    with latest as (
+    with projected as (
+        select p_revision_id as revision_id
+        union all
+        select p.revision_id from donto.projection as p where p.context_id = p_context_id
+        union all
+        select pe.revision_id from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where p.context_id = p_context_id
+    ),
+    latest as (
         select
-            pg_catalog.max(r.revision_id) as rev,
-            array(select donto.revision_lineage(pg_catalog.max(r.revision_id))) as keep
-        from donto.revision as r
-        where r.document_id = (select r0.document_id from donto.revision as r0
-                               where r0.revision_id = p_revision_id)
+            pg_catalog.max(x.revision_id) as rev,
+            array(select donto.revision_lineage(pg_catalog.max(x.revision_id))) as keep
+        from projected as x
     ),
     -- (a data-modifying sub-statement runs whether or not it is read)
     retired as (
@@ -6812,8 +6849,8 @@ into donto.retraction.
 $$;
 
 comment on function donto._retract_superseded(bigint, bigint) is
-'Retract the statements of a context that come from revisions outside the lineage of its '
-'document''s latest revision (a changed conversation), and record their projections in '
+'Retract the statements of a context that come from revisions outside the lineage of the '
+'latest revision projected into it (a changed conversation), and record their projections in '
 'donto.projection_superseded; returns the count.';
 
 

@@ -723,25 +723,35 @@ as $$
 /*
 A changed conversation: a revision of P_REVISION_ID's document was projected into
 context P_CONTEXT_ID (recall or standing; a context belongs to one document). The
-document's latest revision answers (the last registered, as donto.register_revision
-counts "supersedes"): retract every statement still current in the context that comes
-from a revision outside the latest one's lineage (donto.revision_lineage: the
-revisions it extends), with the reason, and record the context's projections of those
-revisions in donto.projection_superseded (recall then reads neither their keys nor
-their lexical rows). So projecting the latest supersedes the older texts, and
-projecting an older one again (another window, say) adds nothing current.
-as_of before now still finds them. Returns how many were retracted. Called by
-donto.project_recall and donto.project_standing (as the owner); a writer cannot insert
-into donto.retraction.
+latest revision projected into the context answers (the highest id among
+P_REVISION_ID and the revisions of its projections, those they grew to included; a
+revision registered
+but never projected counts for nothing, so whoever projects a changed text is the
+session that retracts the old one): retract every statement still current in the
+context that comes from a revision outside the latest one's lineage
+(donto.revision_lineage: the revisions it extends), with the reason, and record the
+context's projections of those revisions in donto.projection_superseded (recall then
+reads neither their keys nor their lexical rows). So projecting the latest
+supersedes the older texts, and projecting an older one again (another window, say)
+adds nothing current. as_of before now still finds them. Returns how many were
+retracted. Called by donto.project_recall and donto.project_standing (as the
+owner); a writer cannot insert into donto.retraction.
 */
     -- the latest revision and its lineage, computed once (not once per statement)
-    with latest as (
+    with projected as (
+        select p_revision_id as revision_id
+        union all
+        select p.revision_id from donto.projection as p where p.context_id = p_context_id
+        union all
+        select pe.revision_id from donto.projection_extension as pe
+        inner join donto.projection as p on pe.projection_id = p.projection_id
+        where p.context_id = p_context_id
+    ),
+    latest as (
         select
-            pg_catalog.max(r.revision_id) as rev,
-            array(select donto.revision_lineage(pg_catalog.max(r.revision_id))) as keep
-        from donto.revision as r
-        where r.document_id = (select r0.document_id from donto.revision as r0
-                               where r0.revision_id = p_revision_id)
+            pg_catalog.max(x.revision_id) as rev,
+            array(select donto.revision_lineage(pg_catalog.max(x.revision_id))) as keep
+        from projected as x
     ),
     -- (a data-modifying sub-statement runs whether or not it is read)
     retired as (
@@ -773,6 +783,6 @@ into donto.retraction.
 $$;
 
 comment on function donto._retract_superseded(bigint, bigint) is
-'Retract the statements of a context that come from revisions outside the lineage of its '
-'document''s latest revision (a changed conversation), and record their projections in '
+'Retract the statements of a context that come from revisions outside the lineage of the '
+'latest revision projected into it (a changed conversation), and record their projections in '
 'donto.projection_superseded; returns the count.';

@@ -44,6 +44,12 @@ responses carry a Content-Security-Policy that allows only the page's own inline
 script and style (by hash) and same-origin fetches, so even injected markup could
 not run. Requests whose ``Host`` is not the server's own address are refused (DNS
 rebinding).
+
+127.0.0.1 is reachable by every local OS user, and the page shows conversation text read
+with the dashboard owner's connection: so the page and ``/api/state`` need a token, a
+random one per server, given in the URL it prints (``?token=...``). The page, opened with
+it, gets it back as an ``HttpOnly``, ``SameSite=Strict`` cookie for its polling; anything
+else is refused with 403. ``/healthz`` needs none and says nothing but ``ok``.
 """
 
 from __future__ import annotations
@@ -52,9 +58,12 @@ import base64
 import datetime as dt
 import decimal
 import hashlib
+import hmac
 import inspect
 import json
+import secrets
 import threading
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -423,11 +432,25 @@ class DashboardServer(ThreadingHTTPServer):
         self.thread: threading.Thread | None = None
         host, port = self.server_address[:2]
         self.allowed_hosts = {f"{h}:{port}" for h in (host, "127.0.0.1", "localhost")}
+        self.token = secrets.token_urlsafe(24)
+        self.cookie = f"donto_dashboard_{port}"
+
+    @property
+    def origin(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
+        """The page's address, with the server's token (nobody gets in without it)."""
+        return f"{self.origin}/?token={self.token}"
+
+    def authorized(self, query: str, cookies: str | None) -> bool:
+        """Whether a request carries the token (query ``token=`` or the page's cookie)."""
+        given = urllib.parse.parse_qs(query).get("token", [])
+        given += [v for k, _, v in (c.strip().partition("=") for c in (cookies or "").split(";"))
+                  if k == self.cookie]
+        return any(hmac.compare_digest(g.encode(), self.token.encode()) for g in given)
 
     def state(self) -> dict[str, Any]:
         with self.connect() as conn:
@@ -445,9 +468,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.log:
             self.server.log(f"{self.address_string()} {format % args}")
 
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
+    def _send(self, status: int, body: bytes, ctype: str, cookie: str | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
+        if cookie:
+            self.send_header("Set-Cookie", cookie)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
@@ -461,13 +486,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:  # noqa: N802
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         self.server.requests[path] = self.server.requests.get(path, 0) + 1
         if self.headers.get("Host") not in self.server.allowed_hosts:
             self._send(HTTPStatus.FORBIDDEN, b"unknown Host\n", "text/plain; charset=utf-8")
             return
+        if path != "/healthz" and not self.server.authorized(query, self.headers.get("Cookie")):
+            self._send(HTTPStatus.FORBIDDEN, b"this dashboard needs its token: open the URL "
+                       b"`donto-pg dashboard` printed (.../?token=...)\n",
+                       "text/plain; charset=utf-8")
+            return
         if path in ("/", "/index.html"):
-            self._send(HTTPStatus.OK, self.server.html.encode(), "text/html; charset=utf-8")
+            self._send(HTTPStatus.OK, self.server.html.encode(), "text/html; charset=utf-8",
+                       cookie=f"{self.server.cookie}={self.server.token}; Path=/; HttpOnly; "
+                              "SameSite=Strict")
         elif path == "/api/state":
             try:
                 state = self.server.state()

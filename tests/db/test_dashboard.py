@@ -495,38 +495,52 @@ def test_server_refuses_foreign_hosts_and_serves_a_static_page(db) -> None:
     server = dashboard.serve(reader_dsn(db))
     try:
         port = server.server_address[1]
+        token = f"token={server.token}"
 
-        def get(path: str, host: str | None = None) -> tuple[int, dict, bytes]:
-            req = urllib.request.Request(server.url.rstrip("/") + path)
+        def get(path: str, host: str | None = None, cookie: str | None = None
+                ) -> tuple[int, dict, bytes]:
+            req = urllib.request.Request(server.origin + path)
             if host:
                 req.add_header("Host", host)
+            if cookie:
+                req.add_header("Cookie", cookie)
             try:
                 with urllib.request.urlopen(req, timeout=10) as r:
                     return r.status, dict(r.headers), r.read()
             except urllib.error.HTTPError as exc:
                 return exc.code, dict(exc.headers), exc.read()
 
-        status, headers, body = get("/")
+        # without the token: nothing but /healthz
+        for path in ("/", "/api/state", "/api/state?token=wrong", "/?token="):
+            status, _, body = get(path)
+            assert status == 403 and b"token" in body, path
+        assert get("/api/state", cookie=f"{server.cookie}=wrong")[0] == 403
+        assert get("/healthz")[:3:2] == (200, b"ok\n")
+        status, headers, body = get(f"/?{token}")
         assert status == 200 and headers["Content-Type"].startswith("text/html")
+        cookie, *attributes = (a.strip() for a in headers["Set-Cookie"].split(";"))
+        assert cookie == f"{server.cookie}={server.token}"
+        assert {"HttpOnly", "SameSite=Strict"} <= set(attributes)
         page = body.decode()
         assert "innerHTML" not in page and "http://" not in page.replace(
             "http://www.w3.org/2000/svg", "") and "https://" not in page
         csp = headers["Content-Security-Policy"]
         assert "default-src 'none'" in csp and "script-src 'sha256-" in csp
         assert "unsafe-inline" not in csp
-        status, headers, body = get("/api/state")
+        status, headers, body = get("/api/state", cookie=cookie)
         assert status == 200 and json.loads(body)["user"] == "donto_reader"
-        assert get("/api/state", host="evil.example")[0] == 403
-        assert get("/", host=f"evil.example:{port}")[0] == 403
-        assert get("/api/state", host=f"localhost:{port}")[0] == 200
-        assert get("/nope")[0] == 404
+        assert get(f"/api/state?{token}")[0] == 200
+        assert get("/api/state", host="evil.example", cookie=cookie)[0] == 403
+        assert get(f"/?{token}", host=f"evil.example:{port}")[0] == 403
+        assert get("/api/state", host=f"localhost:{port}", cookie=cookie)[0] == 200
+        assert get(f"/nope?{token}")[0] == 404
     finally:
         server.shutdown()
         server.server_close()
     bad = dashboard.serve("host=/nonexistent-socket-dir dbname=x connect_timeout=2")
     try:
         with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(bad.url + "api/state", timeout=10)
+            urllib.request.urlopen(f"{bad.origin}/api/state?token={bad.token}", timeout=10)
         assert err.value.code == 503 and "error" in json.loads(err.value.read())
     finally:
         bad.shutdown()
@@ -545,9 +559,22 @@ def test_run_serves_until_interrupted(db) -> None:
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
-        assert line.startswith(f"dashboard: http://127.0.0.1:{port}/"), (line, proc.stderr.read())
+        assert line.startswith(f"dashboard: http://127.0.0.1:{port}/?token="), (
+            line, proc.stderr.read())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             assert r.read() == b"ok\n"
+        url = line.split()[1]
+        with urllib.request.urlopen(url.replace("/?", "/api/state?"), timeout=30) as r:
+            assert json.loads(r.read())["user"] == "donto_reader"
+        if os.geteuid() == 0:
+            # another local OS user reaches 127.0.0.1 but not the data
+            fetch = ("import sys, urllib.request, urllib.error\n"
+                     "try: urllib.request.urlopen(sys.argv[1], timeout=30)\n"
+                     "except urllib.error.HTTPError as e: print(e.code)\n")
+            for target in (f"http://127.0.0.1:{port}/api/state", f"http://127.0.0.1:{port}/"):
+                got = subprocess.run(["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c",
+                                      fetch, target], capture_output=True, text=True, timeout=60)
+                assert got.stdout.strip() == "403", (target, got.stderr)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)
         assert proc.returncode == 0 and "dashboard stopped" in out, err
