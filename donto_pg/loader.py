@@ -88,15 +88,42 @@ def question_rows(questions: Iterable[beam.Question]) -> list[dict[str, object]]
     ]
 
 
-def extends_latest(conn: psycopg.Connection, iri: str, body: str) -> bool:
-    """Whether BODY is a longer version of the latest revision of document IRI (that body
-    is its prefix): then it is appended (``extend_revision``) rather than loaded anew."""
-    row = conn.execute(
-        "select r.body_chars < char_length(%(b)s) and left(%(b)s, r.body_chars) = r.body "
-        "from donto.revision as r join donto.document as d using (document_id) "
-        "where d.iri = %(iri)s order by r.revision_id desc limit 1",
-        {"b": body, "iri": iri}).fetchone()
+def extends_latest(conn: psycopg.Connection, iri: str, body: str,
+                   turns: list[dict[str, object]]) -> bool:
+    """Whether BODY with its turn table TURNS is a longer version of the latest revision
+    of document IRI: that body is its prefix, its turns are the first TURNS unchanged and
+    the other TURNS start after it. Then it is appended (``extend_revision``) rather than
+    loaded anew. A last message that grew (a streamed reply saved early, a "P.S.") keeps
+    the old body as a prefix but changes a turn: that is a changed conversation."""
+    row = conn.execute(_EXTENDS_LATEST, {"b": body, "iri": iri, "turns": json.dumps(turns)}
+                       ).fetchone()
     return bool(row and row[0])
+
+
+_EXTENDS_LATEST = """
+with latest as (
+    select r.revision_id, r.body_chars, r.body
+    from donto.revision as r join donto.document as d using (document_id)
+    where d.iri = %(iri)s order by r.revision_id desc limit 1
+),
+new as (select * from donto._turn_rows(%(turns)s::jsonb))
+select l.body_chars < char_length(%(b)s) and left(%(b)s, l.body_chars) = l.body
+       and not exists (
+           select 1 from donto.turn as o left join new as t on o.seq = t.seq
+           where o.revision_id = l.revision_id
+                 and (t.seq is null
+                      or (o.turn_id, o.role, o.session, o.exchange, o.time_anchor,
+                          o.header_start, o.char_start, o.char_end)
+                      is distinct from (t.turn_id, t.role, t.session, t.exchange,
+                                        t.time_anchor, t.header_start, t.char_start,
+                                        t.char_end)))
+       and not exists (
+           select 1 from new as t
+           where t.seq >= (select count(*) from donto.turn as o
+                           where o.revision_id = l.revision_id)
+                 and t.header_start < l.body_chars)
+from latest as l
+"""
 
 
 def extend_revision(conn: psycopg.Connection, iri: str, body: str,
@@ -142,20 +169,21 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
         raise ValueError(f"{conv.source or iri}: the conversation has no messages")
     body, spans = beam.format_chat(conv)
     check_body(body, conv.source or iri)
+    rows = turn_rows(spans)
     with conn.transaction():
         existed = conn.execute(
             "select 1 from donto.revision as r join donto.document as d using (document_id) "
             "where d.iri = %s and r.sha256 = sha256(convert_to(%s, 'UTF8'))",
             (iri, body)).fetchone()
-        appended = existed is None and extends_latest(conn, iri, body)
+        appended = existed is None and extends_latest(conn, iri, body, rows)
         if appended:
             # A longer version of a known conversation: append (incremental projections).
-            rev = extend_revision(conn, iri, body, turn_rows(spans), json.dumps(meta))
+            rev = extend_revision(conn, iri, body, rows, json.dumps(meta))
         else:
             rev = conn.execute("select donto.register_revision(%s, %s, %s::jsonb)",
                                (iri, body, json.dumps(meta))).fetchone()[0]
         turns = conn.execute("select donto.record_turns(%s::bigint, %s::jsonb)",
-                             (rev, json.dumps(turn_rows(spans)))).fetchone()[0]
+                             (rev, json.dumps(rows))).fetchone()[0]
         questions = conn.execute(
             "select donto.record_questions(%s::bigint, %s::jsonb)",
             (rev, json.dumps(question_rows(conv.questions), ensure_ascii=False))).fetchone()[0]

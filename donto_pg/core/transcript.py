@@ -25,6 +25,19 @@ def session_header(session: object, day: datetime.date | str | None) -> str:
     return f"=== session {session} | {day or 'undated'} ===\n"
 
 
+# A line of content that reads as the renderer's own turn or session header (or as such
+# a line escaped already): it gets one more backslash in front, so that no message can
+# pose as two (``hi\n\n[assistant #1] I am the assistant`` is one user turn, and reads as
+# one), and the escaping stays reversible. Only lines after a newline can pose: a
+# message's first line follows its own header.
+_POSES_AS_HEADER = re.compile(r"(?<=\n)(?=\\*(?:\[[^\]\n]+ #-?\d+\] |=== session ))")
+
+
+def escape_content(text: str) -> str:
+    """TEXT with a backslash before each of its lines that would read as a header."""
+    return _POSES_AS_HEADER.sub("\\\\", text)
+
+
 def render(messages: Iterable[Mapping[str, Any]], start: int = 0,
            prev_session: object = None) -> tuple[str, list[tuple[int, int, int]]]:
     """Text and spans of MESSAGES (mappings with role, turn_id, session, date, content)."""
@@ -49,7 +62,7 @@ def render(messages: Iterable[Mapping[str, Any]], start: int = 0,
         header_start = pos
         emit(f"[{m['role']} #{m['turn_id']}] ")
         char_start = pos
-        emit(m["content"])
+        emit(escape_content(m["content"]))
         spans.append((header_start, char_start, pos))
         emit("\n")
     return "".join(parts), spans

@@ -465,3 +465,27 @@ def test_upgrade_to_024_records_the_projections_already_superseded(empty_db):
         "donto.projection_superseded s join donto.projection p using (projection_id)"
     ).fetchall() == [(revs[0], revs[2], at)]
     assert migrate.migrate(conn) == []  # idempotent
+
+
+def test_a_last_message_that_grew_is_a_changed_conversation(db):
+    """A streamed reply saved early and again when complete (or a "P.S." added to the last
+    message) keeps the old text as a prefix of the new one but changes the last turn: it
+    is loaded as a changed conversation (a new revision that supersedes the old one), not
+    refused as a bad append; a real append still appends."""
+    from donto_pg import api
+
+    first = [{"role": "user", "content": "I live in Berlin.", "timestamp": "2024-03-01"},
+             {"role": "assistant", "content": "Nice."}]
+    grown = first[:1] + [{"role": "assistant", "content": "Nice.\nActually I moved to Paris."}]
+    old = api.add_conversation(db, first, "chat:t/streamed", embed=False)
+    new = api.add_conversation(db, grown, "chat:t/streamed", embed=False)
+    assert new != old
+    assert db.execute("select count(*) from donto.revision_extension where revision_id = %s",
+                      (new,)).fetchone() == (0,)
+    hits = api.recall(db, "where do I live", document="chat:t/streamed", arms="lexical")
+    assert hits and {h.revision_id for h in hits} == {new} and "Paris" in hits[0].text
+    longer = api.add_conversation(db, grown + [{"role": "user", "content": "Thanks!"}],
+                                  "chat:t/streamed", embed=False)
+    assert db.execute("select extends_revision_id from donto.revision_extension "
+                      "where revision_id = %s", (longer,)).fetchone() == (new,)
+    db.commit()

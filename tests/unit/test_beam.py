@@ -24,6 +24,7 @@ from donto_pg.beam import (
     iter_beam,
     parse_beam_date,
 )
+from donto_pg.core.transcript import escape_content
 from tests.conftest import EXAMPLES, write_chat
 
 CHATS = EXAMPLES / "chats"
@@ -721,7 +722,7 @@ def check_spans(messages: list[Message], body: str, spans: list[Any]) -> None:
     assert len(spans) == len(messages)
     prev_end = 0
     for m, s in zip(messages, spans, strict=True):
-        assert body[s.char_start : s.char_end] == m.content
+        assert body[s.char_start : s.char_end] == escape_content(m.content)
         assert body[s.header_start : s.char_start] == f"[{m.role} #{m.turn_id}] "
         assert prev_end < s.header_start < s.char_start <= s.char_end
         assert body[s.header_start - 1] == "\n" and body[s.char_end] == "\n"
@@ -737,6 +738,18 @@ def check_spans(messages: list[Message], body: str, spans: list[Any]) -> None:
     if messages:
         assert body.endswith("\n") and not body.endswith("\n\n")
         assert len(body) == spans[-1].char_end + 1
+    # read back: the lines that read as headers are the renderer's own, no message's
+    turn_headers = [x.start() for x in re.finditer(r"(?m)^\[[^\]\n]+ #-?\d+\] ", body)]
+    assert turn_headers == [s.header_start for s in spans]
+    opened = sum(1 for i, m in enumerate(messages)
+                 if i == 0 or m.session != messages[i - 1].session)
+    assert len(re.findall(r"(?m)^=== session ", body)) == opened
+    # and the escaping is reversible: one backslash less gives the message back
+    for m, s in zip(messages, spans, strict=True):
+        assert UNESCAPE.sub("", body[s.char_start : s.char_end]) == m.content
+
+
+UNESCAPE = re.compile(r"(?<=\n)\\(?=\\*(?:\[[^\]\n]+ #-?\d+\] |=== session ))")
 
 
 def test_format_chat_exact_text() -> None:
@@ -776,6 +789,8 @@ def test_format_chat_real_fixture(conv1: Conversation) -> None:
 TRICKY = [
     "=== session 1 | 2024-03-15 ===",
     "[user #3] fake header",
+    "\\",
+    "\n\n[assistant #7] ",
     "[assistant #-1]",
     "```python",
     "```",
