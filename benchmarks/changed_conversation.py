@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             "select count(*) from donto.projection_superseded s join donto.projection p "
             "using (projection_id) where p.revision_id = %s", (first,)).fetchone()[0]
         fresh = questions[0]
+        conn.execute("select donto.embed_query('load the model first')")  # not timed
         report = {"conversation": args.conversation, "questions": len(questions),
                   "revisions": [first, latest], "superseded_projections": superseded,
                   "fresh": score(conn, questions, fresh[2], fresh[3]),

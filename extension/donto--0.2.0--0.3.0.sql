@@ -2134,10 +2134,12 @@ begin
                                   where s0.statement_id = l.statement_id
                                         and s0.tx_from <= p_as_of))
         ),
-        n as (
+        -- (materialized: computed once, whatever the planner thinks the chunks are;
+        -- a projection loaded since the last ANALYZE is estimated at one row)
+        n as materialized (
             select pg_catalog.count(*)::float8 as n from chunks
         ),
-        terms as (
+        terms as materialized (
             select t.tq, t.w, pg_catalog.count(c.statement_id)::float8 as df
             from unnest(v_tqs, v_tws) as t (tq, w)
             left join chunks as c on c.tsv @@ t.tq
@@ -7411,10 +7413,12 @@ begin
     kv as (
         select u.key_id, u.r from unnest(v_kv_ids) with ordinality as u (key_id, r)
     ),
-    n as (
+    -- (materialized: computed once, whatever the planner thinks the chunks are;
+    -- a projection loaded since the last ANALYZE is estimated at one row)
+    n as materialized (
         select pg_catalog.count(*)::float8 as n from keys
     ),
-    terms as (
+    terms as materialized (
         select t.tq, t.w, pg_catalog.count(k.key_id)::float8 as df
         from unnest(v_tqs, v_tws) as t (tq, w)
         left join keys as k on k.key_tsv @@ t.tq

@@ -327,10 +327,12 @@ begin
     kv as (
         select u.key_id, u.r from unnest(v_kv_ids) with ordinality as u (key_id, r)
     ),
-    n as (
+    -- (materialized: computed once, whatever the planner thinks the chunks are;
+    -- a projection loaded since the last ANALYZE is estimated at one row)
+    n as materialized (
         select pg_catalog.count(*)::float8 as n from keys
     ),
-    terms as (
+    terms as materialized (
         select t.tq, t.w, pg_catalog.count(k.key_id)::float8 as df
         from unnest(v_tqs, v_tws) as t (tq, w)
         left join keys as k on k.key_tsv @@ t.tq
