@@ -273,8 +273,9 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
                              fix="use user, assistant, system, tool (letters, digits, _ -)")
         if m.get("session") is not None:
             if isinstance(m["session"], bool) or not isinstance(m["session"], int) \
-                    or m["session"] < 0:
-                raise InputError(f"{where}: session {m['session']!r} is not a whole number")
+                    or not 0 <= m["session"] < 2**31:
+                raise InputError(f"{where}: session {m['session']!r} is not a whole number "
+                                 "from 0 to 2147483647")
             session = m["session"]
         if role == "user" or exchange < 0:
             exchange += 1
@@ -306,14 +307,20 @@ def read_chat_file(path: str | Path) -> list[dict[str, Any]]:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{p}: not UTF-8 text", str(exc), fix="save the file as UTF-8") from exc
-    try:
-        if p.suffix.lower() == ".jsonl":  # lines end at \n only (JSON strings may hold U+2028)
-            data: Any = [json.loads(line) for line in text.split("\n") if line.strip()]
-        else:
+    fix = "give a JSON array of messages, or JSON Lines (.jsonl)"
+    if p.suffix.lower() == ".jsonl":  # lines end at \n only (JSON strings may hold U+2028)
+        data: Any = []
+        for n, line in enumerate(text.split("\n"), 1):
+            try:
+                if line.strip():
+                    data.append(json.loads(line))
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise InputError(f"{p}: line {n} is not valid JSON", str(exc), fix=fix) from exc
+    else:
+        try:
             data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise InputError(f"{p}: not valid JSON", str(exc),
-                         fix="give a JSON array of messages, or JSON Lines (.jsonl)") from exc
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InputError(f"{p}: not valid JSON", str(exc), fix=fix) from exc
     if isinstance(data, Mapping) and isinstance(data.get("messages"), list):
         data = data["messages"]
     if not isinstance(data, list):

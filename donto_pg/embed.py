@@ -133,10 +133,18 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
 
     from tqdm import tqdm
 
+    if context is not None and conn.execute(
+            "select 1 from donto.context where iri = %s", (context,)).fetchone() is None:
+        raise InputError(f"no context {context}",
+                         fix="contexts are named ctx:memory/episodic/<document with / for :> "
+                             "(select iri from donto.context)")
     name, model_id, dim = register_model(conn, model)
     total = count_pending(conn, model_id, context) if chunks else 0
-    done_before = conn.execute("select count(*) from donto.embedding where model_id = %s",
-                               (model_id,)).fetchone()[0]
+    done_before = conn.execute(
+        "select count(*) from donto.embedding as e where e.model_id = %(m)s and "
+        "(%(c)s::text is null or e.context_id = "
+        "(select context_id from donto.context where iri = %(c)s))",
+        {"m": model_id, "c": context}).fetchone()[0]
     conn.commit()
     bar = tqdm(total=total, unit="chunk", desc=f"embed {name}", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)

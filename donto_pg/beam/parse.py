@@ -141,13 +141,14 @@ def _scale_sort_key(name: str) -> tuple[int, str]:
 
 
 def _as_id(value: Any) -> int | None:
-    """An id as int, or None when it is not a non-negative integer (or numeric string)."""
+    """An id as int, or None when it is not a whole number from 0 to 2**31 - 1 (the
+    database's integer), as an int or a numeric string."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
     if isinstance(value, str) and _ID_STR_RE.match(value):
-        return int(value)
+        value = int(value)
+    if isinstance(value, int):
+        return value if 0 <= value < 2**31 else None
     return None
 
 
@@ -275,7 +276,7 @@ def _parse_message(msg: Any, source: str, where: str) -> tuple[int, str, str, st
     local_id = _as_id(raw_id)
     if local_id is None:
         raise BeamFormatError(
-            f"field 'id' must be a non-negative integer, got {_describe(raw_id)}",
+            f"field 'id' must be a whole number from 0 to 2147483647, got {_describe(raw_id)}",
             source=source,
             where=where,
         )

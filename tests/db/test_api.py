@@ -82,6 +82,7 @@ def test_a_message_cannot_pose_as_two(db):
     ([{"role": "user", "content": 3}], "content must be a string"),
     ([{"role": "user", "content": "x", "timestamp": "soon"}], "timestamp 'soon'"),
     ([{"role": "user", "content": "x", "session": "two"}], "session 'two'"),
+    ([{"role": "user", "content": "x", "session": 2**31}], "session 2147483648 is not a whole"),
     (["x"], "message 0 is a str"),
     ([{"role": "user\n", "content": "x"}], "role 'user\\n' is not a name"),
     ([{"role": "user", "content": "x", "timestamp": 1e20}], "timestamp 1e+20"),
@@ -263,6 +264,10 @@ def test_read_chat_file_reports_bad_bytes_and_keeps_unicode_line_separators(tmp_
                                 ensure_ascii=False) + "\n", encoding="utf-8")
     assert api.read_chat_file(lines) == [{"role": "user",
                                           "content": "one\u2028two\x85three"}]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"role": "user", "content": "hi"}\n\n{"role": "assistant"\n')
+    with pytest.raises(InputError, match="broken.jsonl: line 3 is not valid JSON"):
+        api.read_chat_file(broken)
 
 
 def test_appended_turns_are_cleaned_as_a_load_cleans_them(db):

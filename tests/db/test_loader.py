@@ -231,6 +231,11 @@ def test_embed_resumes_after_kill(db, tmp_path):
     r = run_cli(db, "embed", "--json")
     assert r.returncode == 0, r.stderr
     assert (json.loads(r.stdout)["embedded"], json.loads(r.stdout)["encoded"]) == (total, 0)
+    # --context counts that context's vectors; a context that does not exist is an error
+    r = run_cli(db, "embed", "--context", "ctx:test/copy", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["already"] == total, r.stderr
+    r = run_cli(db, "embed", "--context", "ctx:test/nope", "--json")
+    assert r.returncode == 1 and "no context ctx:test/nope" in r.stderr and not r.stdout
 
 
 def test_psql_recall_as_reader(db, tmp_path):

@@ -328,7 +328,11 @@ def test_10m_without_plan_0_is_an_error(tmp_path: Path) -> None:
         ([{"turns": [[msg("system", 0)]]}], "unknown role 'system'"),
         (
             [{"turns": [[msg("user", "abc")]]}],
-            "field 'id' must be a non-negative integer, got 'abc'",
+            "field 'id' must be a whole number from 0 to 2147483647, got 'abc'",
+        ),
+        (
+            [{"turns": [[msg("user", 2**31)]]}],
+            "field 'id' must be a whole number from 0 to 2147483647, got 2147483648",
         ),
         (
             [{"turns": [[msg("user", 0, time_anchor="February-30-2024")]]}],
