@@ -7,8 +7,9 @@ that ``import donto_pg`` stays light)::
     rev = donto_pg.add_conversation(conn, messages, "chat:alice/1")
     hits = donto_pg.recall(conn, "where do I live?", k=5)
 
-Errors a caller can act on are :class:`donto_pg.errors.DontoError` (``what``, ``why``,
-``fix``); database errors are psycopg's.
+Errors a caller can act on are :class:`donto_pg.DontoError` (``what``, ``why``,
+``fix``; bad input is its subclass :class:`donto_pg.InputError`); database errors are
+psycopg's.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.3.0"
 
 __all__ = [
-    "Claim", "DontoError", "Hit", "__version__", "add_conversation", "add_text", "claims",
-    "connect", "ensure_schema", "read_chat_file", "recall", "recall_payload",
+    "Claim", "DontoError", "Hit", "InputError", "__version__", "add_conversation", "add_text",
+    "claims", "connect", "ensure_schema", "read_chat_file", "recall", "recall_payload",
 ]
-_API = frozenset(__all__) - {"DontoError", "__version__"}
+_API = frozenset(__all__) - {"DontoError", "InputError", "__version__"}
 
 if TYPE_CHECKING:
     from donto_pg.api import (
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
         recall,
         recall_payload,
     )
-    from donto_pg.errors import DontoError
+    from donto_pg.errors import DontoError, InputError
 
 
 def __getattr__(name: str) -> Any:
@@ -44,8 +45,8 @@ def __getattr__(name: str) -> Any:
         from donto_pg import api
 
         return getattr(api, name)
-    if name == "DontoError":
-        from donto_pg.errors import DontoError
+    if name in ("DontoError", "InputError"):
+        from donto_pg import errors
 
-        return DontoError
+        return getattr(errors, name)
     raise AttributeError(f"module 'donto_pg' has no attribute {name!r}")

@@ -21,8 +21,17 @@ date-time, a ``datetime``/``date``, or Unix seconds) and ``session`` (an integer
 They become the same canonical text as a BEAM conversation (README, "The canonical
 text"): ``beam.format_chat`` renders it and ``loader.record_conversation`` stores it.
 
-On an error every function rolls the connection back before it raises, so the
-connection stays usable (psycopg would otherwise keep the failed transaction open).
+Transactions. The readers (:func:`recall`, :func:`recall_payload`, :func:`claims`) run
+in ``conn.transaction()``: on an idle connection that is a transaction of their own,
+committed; inside the caller's transaction (uncommitted work, or a ``with
+conn.transaction():`` block) a savepoint of it, so the caller's commit or rollback
+decides and an error undoes only the call. The writers (:func:`add_conversation`,
+:func:`add_text`, :func:`ensure_schema`) commit as they go (embedding commits page by
+page, so that a long run keeps what it did): they need a connection with no transaction
+open and refuse another with a :class:`~donto_pg.errors.DontoError` before touching it.
+On an error a writer rolls back its own transaction before it raises, so the connection
+stays usable. Bad input (a NUL character or a lone surrogate in a text, an IRI or
+``meta``, a number out of range) is an :class:`~donto_pg.errors.InputError`.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ import psycopg
 
 from donto_pg import beam, loader
 from donto_pg import db as dbmod
-from donto_pg.errors import InputError
+from donto_pg.errors import DontoError, InputError
 
 __all__ = [
     "Claim", "Hit", "add_conversation", "add_text", "claims", "connect", "ensure_schema",
@@ -52,18 +61,75 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _rolls_back(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Roll the connection (the first argument) back when FN raises, then raise."""
+def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A function that commits as it goes: refuse a connection (the first argument) whose
+    open transaction holds the caller's work (uncommitted writes, a failed transaction, a
+    ``with conn.transaction()`` block), which it would commit or discard; a transaction
+    that only read is ended. Roll back when FN raises, then raise."""
     @functools.wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        conn = args[0]
+        if isinstance(conn, psycopg.Connection):
+            _check_no_work_open(conn, fn.__name__)
         try:
             return fn(*args, **kwargs)
         except BaseException:
-            conn = args[0]
             if isinstance(conn, psycopg.Connection) and not conn.closed and not conn.broken:
                 conn.rollback()
             raise
     return call
+
+
+def _check_no_work_open(conn: psycopg.Connection, name: str) -> None:
+    status = conn.info.transaction_status
+    if status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    # (psycopg counts the transaction blocks entered; a block forbids commit and rollback)
+    open_work = status != psycopg.pq.TransactionStatus.INTRANS \
+        or getattr(conn, "_num_transactions", 0) > 0 \
+        or conn.execute("select pg_current_xact_id_if_assigned() is not null").fetchone()[0]
+    if open_work:
+        raise DontoError(f"donto_pg.{name}: the connection has a transaction open with "
+                         "work of yours in it",
+                         "it commits its own work as it goes, which would commit or discard "
+                         "yours",
+                         fix="commit or roll back first, or give donto_pg a connection of "
+                             "its own (donto_pg.connect())")
+    conn.rollback()  # a transaction that only read: nothing of the caller's is lost
+
+
+def _text(value: Any, what: str) -> str:
+    """VALUE as a text the database can store, or an InputError naming WHAT."""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InputError(f"{what} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{what} is not valid Unicode (a lone surrogate?)", str(exc)) from exc
+    return value
+
+
+def _meta(meta: Mapping[str, Any] | None, source: str) -> str:
+    """META (with SOURCE) as JSON text the database can store, or an InputError."""
+    if meta is not None and not isinstance(meta, Mapping):
+        raise InputError(f"meta must be a JSON object (a mapping), got {type(meta).__name__}")
+    value = {"source": source, **(meta or {})}
+    stack: list[Any] = [value]
+    while stack:  # every key and string in it
+        v = stack.pop()
+        if isinstance(v, str):
+            _text(v, "a text in meta")
+        elif isinstance(v, Mapping):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InputError("meta is not JSON", str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -107,11 +173,12 @@ class Claim:
 
 def connect(dsn: str | None = None) -> psycopg.Connection:
     """Open a connection: to DSN, else ``DONTO_DSN``, else the embedded cluster (created
-    and started on first use). Autocommit is off: the API functions commit their work."""
+    and started on first use). Autocommit is off: the writers commit their work, the
+    readers run in ``conn.transaction()`` (see the module's "Transactions")."""
     return dbmod.connect(dsn)
 
 
-@_rolls_back
+@_writer
 def ensure_schema(conn: psycopg.Connection) -> list[str]:
     """Install or upgrade the donto schema, as ``donto-pg migrate`` does (needs a
     superuser; a no-op when up to date, and for a database made with CREATE EXTENSION).
@@ -127,7 +194,7 @@ def ensure_schema(conn: psycopg.Connection) -> list[str]:
     return applied
 
 
-@_rolls_back
+@_writer
 def add_conversation(conn: psycopg.Connection, messages: Sequence[Mapping[str, Any]],
                      document_iri: str, *, embed: bool = True, extraction: bool = True,
                      model: str | None = None, meta: Mapping[str, Any] | None = None,
@@ -140,14 +207,14 @@ def add_conversation(conn: psycopg.Connection, messages: Sequence[Mapping[str, A
     ``donto-pg embed``). Idempotent: the same messages give the same revision and add
     nothing. Raises :class:`~donto_pg.errors.InputError` on a malformed message.
     """
-    conv = conversation(messages, document_iri)
+    conv = conversation(messages, _text(document_iri, "the document IRI"))
+    meta_json = _meta(meta, "api")
     if embed:  # an unknown model fails here, before anything is stored
         from donto_pg.embed import register_model
 
         register_model(conn, model)
     with conn.transaction():  # the revision and both projections, or nothing
-        rec = loader.record_conversation(conn, conv, document_iri,
-                                         {"source": "api", **(meta or {})},
+        rec = loader.record_conversation(conn, conv, document_iri, json.loads(meta_json),
                                          window_chars=window_chars)
         if extraction:
             conn.execute("select donto.project_extraction(%s::bigint)", (rec.revision_id,))
@@ -157,7 +224,7 @@ def add_conversation(conn: psycopg.Connection, messages: Sequence[Mapping[str, A
     return rec.revision_id
 
 
-@_rolls_back
+@_writer
 def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: bool = True,
              model: str | None = None, meta: Mapping[str, Any] | None = None,
              window_chars: int = 1200) -> int:
@@ -169,13 +236,14 @@ def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: b
     ``donto.project_extraction`` says so. To extract from a document, give it to
     :func:`add_conversation` as messages (one per paragraph, say).
     """
+    _text(document_iri, "the document IRI")
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"{document_iri}: the text is empty")
     loader.check_body(text, document_iri)
+    meta_json = _meta(meta, "text")
     with conn.transaction():
         rev = conn.execute("select donto.register_revision(%s::text, %s::text, %s::jsonb)",
-                           (document_iri, text, json.dumps({"source": "text", **(meta or {})}))
-                           ).fetchone()[0]
+                           (document_iri, text, meta_json)).fetchone()[0]
         conn.execute("select donto.project_recall(%s::bigint, %s::integer)", (rev, window_chars))
     conn.commit()
     if embed:
@@ -183,7 +251,6 @@ def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: b
     return rev
 
 
-@_rolls_back
 def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | None = None,
            as_of: datetime.datetime | None = None, *, document: str | None = None,
            model: str | None = None, arms: str = "hybrid") -> list[Hit]:
@@ -198,54 +265,62 @@ def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | Non
     AS_OF answers as the database knew it then; ARMS is ``vector``, ``lexical`` or
     ``hybrid``; MODEL an embedding model that has vectors (default: the default model).
     """
-    rows = conn.execute(
-        "select r.statement_id, r.revision_id, r.char_start, r.char_end, r.chunk_text, "
-        "lower(r.valid_time), upper(r.valid_time), r.score, r.vector_rank, r.lexical_rank, "
-        "r.place "
-        "from donto.recall(%s::text, k => %s::integer, "
-        "context => coalesce(%s::text, donto.recall_context_iri(%s::text)), "
-        "as_of => %s::timestamptz, model => %s::text, arms => %s::text) as r",
-        (query, k, context, document, as_of, model, arms)).fetchall()
-    conn.commit()
+    _texts(query=query, context=context, document=document, model=model)
+    with conn.transaction():
+        rows = conn.execute(
+            "select r.statement_id, r.revision_id, r.char_start, r.char_end, r.chunk_text, "
+            "lower(r.valid_time), upper(r.valid_time), r.score, r.vector_rank, "
+            "r.lexical_rank, r.place "
+            "from donto.recall(%s::text, k => %s::integer, "
+            "context => coalesce(%s::text, donto.recall_context_iri(%s::text)), "
+            "as_of => %s::timestamptz, model => %s::text, arms => %s::text) as r",
+            (query, k, context, document, as_of, model, arms)).fetchall()
     return [Hit(*r) for r in rows]
 
 
-@_rolls_back
 def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int = 20, *,
                    chunk_tokens: int | None = None, context: str | None = None,
                    document: str | None = None, as_of: datetime.datetime | None = None,
                    model: str | None = None) -> dict[str, Any]:
     """Recall packed for a model, never over MAX_TOKENS (``donto.recall_payload``):
     ``{query, memories, chunks, truncated, tokens, omitted}``."""
-    payload = conn.execute(
-        "select donto.recall_payload(%s::text, %s::integer, k => %s::integer, "
-        "chunk_tokens => %s::integer, "
-        "context => coalesce(%s::text, donto.recall_context_iri(%s::text)), "
-        "as_of => %s::timestamptz, model => %s::text)",
-        (query, max_tokens, k, chunk_tokens, context, document, as_of, model)).fetchone()[0]
-    conn.commit()
-    return payload
+    _texts(query=query, context=context, document=document, model=model)
+    with conn.transaction():
+        return conn.execute(
+            "select donto.recall_payload(%s::text, %s::integer, k => %s::integer, "
+            "chunk_tokens => %s::integer, "
+            "context => coalesce(%s::text, donto.recall_context_iri(%s::text)), "
+            "as_of => %s::timestamptz, model => %s::text)",
+            (query, max_tokens, k, chunk_tokens, context, document, as_of, model)
+        ).fetchone()[0]
 
 
-@_rolls_back
 def claims(conn: psycopg.Connection, *, document: str | None = None,
            subject: str | None = None, include_retracted: bool = False,
            limit: int = 100) -> list[Claim]:
     """Extracted claims with their evidence (``donto.claim_provenance``), oldest first:
     of DOCUMENT (an IRI), about SUBJECT (case-insensitive substring); current facts
     only unless INCLUDE_RETRACTED."""
-    rows = conn.execute(
-        "select c.claim_id, c.subject, c.predicate, c.object, c.is_hypothesis, c.retracted, "
-        "c.retraction_reason, c.document, c.revision_id, c.char_start, c.char_end, "
-        "c.evidence_text, c.anchor_method, c.model "
-        "from donto.claim_provenance as c "
-        "where (%s::text is null or c.document = %s::text) "
-        "and (%s::text is null or strpos(lower(c.subject), lower(%s::text)) > 0) "
-        "and (%s::boolean or not c.retracted) "
-        "order by c.claim_id limit %s::integer",
-        (document, document, subject, subject, include_retracted, limit)).fetchall()
-    conn.commit()
+    _texts(document=document, subject=subject)
+    with conn.transaction():
+        rows = conn.execute(
+            "select c.claim_id, c.subject, c.predicate, c.object, c.is_hypothesis, "
+            "c.retracted, c.retraction_reason, c.document, c.revision_id, c.char_start, "
+            "c.char_end, c.evidence_text, c.anchor_method, c.model "
+            "from donto.claim_provenance as c "
+            "where (%s::text is null or c.document = %s::text) "
+            "and (%s::text is null or strpos(lower(c.subject), lower(%s::text)) > 0) "
+            "and (%s::boolean or not c.retracted) "
+            "order by c.claim_id limit %s::integer",
+            (document, document, subject, subject, include_retracted, limit)).fetchall()
     return [Claim(*r) for r in rows]
+
+
+def _texts(**values: Any) -> None:
+    """Check the text arguments given (None: not given) as :func:`_text` does."""
+    for name, value in values.items():
+        if value is not None:
+            _text(value, name)
 
 
 # -- input: OpenAI-shaped messages and chat files -------------------------------------

@@ -291,3 +291,57 @@ def test_appended_turns_are_cleaned_as_a_load_cleans_them(db):
             db.execute("select donto.append_turns('chat:t/grow', %s)", (json.dumps(turn),))
         db.rollback()
 
+
+
+def test_the_api_keeps_the_callers_transaction(db):
+    """Readers run as a savepoint of the caller's transaction (an error undoes only the
+    call; the caller's commit decides); writers refuse a connection holding the caller's
+    uncommitted work, or a transaction block, instead of committing or discarding it, and
+    end a transaction that only read."""
+    import donto_pg
+
+    api.add_conversation(db, CHAT, "chat:t/tx", embed=False)
+    db.execute("create temp table app_log (x text)")
+    db.execute("insert into app_log values ('pending')")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="query is empty"):
+        api.recall(db, "", document="chat:t/tx", arms="lexical")
+    assert api.recall(db, "Porto sister", k=3, document="chat:t/tx", arms="lexical")
+    assert db.execute("select count(*) from app_log").fetchone() == (1,)  # still pending
+    with pytest.raises(donto_pg.DontoError, match="transaction open with work of yours"):
+        api.add_conversation(db, CHAT, "chat:t/tx2", embed=False)
+    assert db.execute("select count(*) from app_log").fetchone() == (1,)
+    db.commit()
+    with db.transaction():
+        assert api.claims(db, document="chat:t/tx") == []
+        with pytest.raises(donto_pg.DontoError, match="transaction open"):
+            api.add_text(db, "hello", "doc:t/tx", embed=False)
+    db.execute("select 1")  # a transaction that only read is ended, not refused
+    assert api.add_text(db, "hello there", "doc:t/tx", embed=False) > 0
+    assert db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda c: api.add_conversation(c, CHAT, "chat:\ud800", embed=False),
+     "the document IRI is not valid Unicode"),
+    (lambda c: api.add_text(c, "hello", "doc:\x00", embed=False),
+     "the document IRI contains a NUL character"),
+    (lambda c: api.add_text(c, "hello", 42, embed=False), "the document IRI must be a string"),
+    (lambda c: api.recall(c, "a\ud800"), "query is not valid Unicode"),
+    (lambda c: api.recall(c, "a\x00b"), "query contains a NUL character"),
+    (lambda c: api.claims(c, subject="x\x00"), "subject contains a NUL character"),
+    (lambda c: api.add_conversation(c, CHAT, "chat:t/m", embed=False, meta={"a": "\x00"}),
+     "a text in meta contains a NUL character"),
+    (lambda c: api.add_conversation(c, CHAT, "chat:t/m", embed=False, meta=[1, 2]),
+     "meta must be a JSON object"),
+    (lambda c: api.add_text(c, "hello", "doc:t/m", embed=False, meta={"a": object()}),
+     "meta is not JSON"),
+])
+def test_bad_text_arguments_are_input_errors(db, call, needle):
+    import donto_pg
+
+    n = db.execute("select count(*) from donto.revision").fetchone()
+    db.commit()
+    with pytest.raises(donto_pg.InputError, match=re.escape(needle)):
+        call(db)
+    assert db.execute("select count(*) from donto.revision").fetchone() == n
+    db.commit()
