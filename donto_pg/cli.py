@@ -312,7 +312,9 @@ def add(
         help="A chat log (.json: a list of {role, content, timestamp?, session?} messages or "
              "an object with 'messages'; .jsonl: one message per line) or a plain text file.")],
     document: Annotated[str | None, typer.Option(
-        "--document", "-d", help="Document IRI [default: file:<file name>].")] = None,
+        "--document", "-d", help="Document IRI [default: file:<absolute path of FILE>]. "
+                                 "A changed text of the same document supersedes the old "
+                                 "one in recall.")] = None,
     text: Annotated[bool, typer.Option(
         "--text", help="Read FILE as plain text even if it ends in .json or .jsonl.")] = False,
     no_embed: Annotated[bool, typer.Option("--no-embed", help="Leave embedding to `embed`.")
@@ -325,7 +327,7 @@ def add(
     turns, recall chunks, extraction blocks (chat logs only) and vectors. Idempotent."""
     from pathlib import Path
 
-    from donto_pg import api
+    from donto_pg import api, loader
 
     path = Path(file)
     if path.is_dir():
@@ -334,7 +336,9 @@ def add(
                              "of BEAM conversations")
     if not path.is_file():
         raise InputError(f"{file}: no such file")
-    iri = document or f"file:{path.name}"
+    if document is not None and not document.strip():
+        raise InputError("--document is empty", fix="give a document IRI, or leave it out")
+    iri = document or f"file:{path.resolve()}"
     chat = not text and path.suffix.lower() in (".json", ".jsonl")
     with connect(dsn) as conn:
         if chat:
@@ -346,11 +350,16 @@ def add(
             except UnicodeDecodeError as exc:
                 raise InputError(f"{file}: not UTF-8 text", str(exc)) from exc
             rev = api.add_text(conn, body, iri, embed=not no_embed, model=model)
-    data = {"document": iri, "revision_id": rev, "kind": "conversation" if chat else "text"}
+        old, retracted = loader.superseded_by(conn, rev)
+    data = {"document": iri, "revision_id": rev, "kind": "conversation" if chat else "text",
+            "superseded": {"revisions": old, "statements": retracted}}
     if chat:
         data["messages"] = len(messages)
     out(data, as_json, f"added {iri}: revision {rev} ("
-        + (f"{len(messages)} messages" if chat else "text, recall only") + ")")
+        + (f"{len(messages)} messages" if chat else "text, recall only") + ")"
+        + (f"; it supersedes revision {', '.join(map(str, old))} ({retracted} chunks and "
+           "standing statements retracted; recall with as_of before now finds them)"
+           if old else ""))
 
 
 def _model_name(model: str) -> str:

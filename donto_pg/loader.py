@@ -126,6 +126,18 @@ from latest as l
 """
 
 
+def superseded_by(conn: psycopg.Connection, revision_id: int) -> tuple[list[int], int]:
+    """The revisions whose statements REVISION_ID superseded as a changed conversation
+    (``donto._retract_superseded``), and how many statements that retracted."""
+    rows = conn.execute(
+        "select s.derived_from_revision, count(*) from donto.retraction as r "
+        "join donto.statement as s using (statement_id) "
+        "where r.reason like %s group by 1 order by 1",
+        (f"superseded: the conversation changed (revision {int(revision_id)}, the latest,%",)
+    ).fetchall()
+    return [r for r, _ in rows], sum(n for _, n in rows)
+
+
 def extend_revision(conn: psycopg.Connection, iri: str, body: str,
                     turns: list[dict[str, object]], meta: str = "{}") -> int:
     """``donto.extend_revision``: register BODY (whose prefix is the latest revision of IRI)

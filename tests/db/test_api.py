@@ -157,7 +157,18 @@ def test_cli_add_reads_json_jsonl_and_text(db, tmp_path):
     r = run_cli(db, "add", str(tmp_path / "a.json"), "--no-embed", "--json")
     assert r.returncode == 0, r.stderr
     a = json.loads(r.stdout)
-    assert a["document"] == "file:a.json" and a["messages"] == 5
+    assert a["document"] == f"file:{(tmp_path / 'a.json').resolve()}" and a["messages"] == 5
+    assert a["superseded"] == {"revisions": [], "statements": 0}
+    # another a.json elsewhere is another document; a changed a.json supersedes, and says so
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "a.json").write_text(json.dumps(CHAT[:2]))
+    r = run_cli(db, "add", str(tmp_path / "elsewhere" / "a.json"), "--no-embed", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["document"] != a["document"], r.stderr
+    (tmp_path / "elsewhere" / "a.json").write_text(json.dumps(CHAT[2:]))
+    r = run_cli(db, "add", str(tmp_path / "elsewhere" / "a.json"), "--no-embed")
+    assert r.returncode == 0 and "it supersedes revision" in r.stdout, r.stderr
+    r = run_cli(db, "add", str(tmp_path / "a.json"), "-d", " ", "--no-embed")
+    assert r.returncode == 1 and "--document is empty" in r.stderr
     r = run_cli(db, "add", str(tmp_path / "b.jsonl"), "-d", "chat:b", "--no-embed", "--json")
     assert r.returncode == 0, r.stderr
     b = json.loads(r.stdout)
