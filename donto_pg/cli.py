@@ -179,8 +179,13 @@ def migrate(
             out(st.as_dict(), as_json, "\n".join(lines) or "no migrations")
             return
         if dry_run:
-            for s in mig.plan(conn):
-                typer.echo(f"-- {s.name}\n{s.text}")
+            plan = mig.plan(conn)
+            if as_json:
+                out({"plan": [{"name": s.name, "sha256": s.sha256, "sql": s.text}
+                              for s in plan]}, True, "")
+            else:
+                for s in plan:
+                    typer.echo(f"-- {s.name}\n{s.text}")
             return
         applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"))
     out({"applied": applied}, as_json,

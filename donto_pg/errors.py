@@ -50,8 +50,10 @@ class SchemaMissing(DatabaseError):
     """The connected database has no donto schema (or an older one)."""
 
     def __init__(self, why: str | None = None) -> None:
-        super().__init__("the database has no donto schema", why,
-                         fix="run `donto-pg migrate` (or CREATE EXTENSION donto CASCADE) first")
+        super().__init__("the database has no donto schema (or an older one)", why,
+                         fix="run `donto-pg migrate` (or CREATE EXTENSION donto CASCADE) first; "
+                             "a database made with CREATE EXTENSION is upgraded with "
+                             "ALTER EXTENSION donto UPDATE")
 
 
 @dataclass(frozen=True)

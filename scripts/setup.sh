@@ -90,7 +90,15 @@ want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     if ! .venv/bin/python -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
         log "installing torch 2.13.0 (CPU)"
-        .venv/bin/pip install -q torch==2.13.0
+        # PyPI's Linux torch is the CUDA build (gigabytes of nvidia packages); these
+        # machines carry the CPU wheel locally. Elsewhere set DONTO_TORCH_INDEX, e.g.
+        # https://download.pytorch.org/whl/cpu, to take the CPU build from there.
+        .venv/bin/pip install -q torch==2.13.0 ${DONTO_TORCH_INDEX:+--index-url "$DONTO_TORCH_INDEX"}
+        if .venv/bin/python -c 'import sys, torch; sys.exit(torch.version.cuda is None)'; then
+            log "warning: pip installed a CUDA build of torch; for the CPU build, run" \
+                "DONTO_TORCH_INDEX=https://download.pytorch.org/whl/cpu scripts/setup.sh" \
+                "after removing .venv"
+        fi
     fi
     log "installing donto-pg with dev tools"
     .venv/bin/pip install -q -e '.[dev]'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,7 +15,7 @@ import pytest
 
 import donto_pg
 from donto_pg import build, migrate, settings
-from tests.conftest import ROOT, run_cli_as
+from tests.conftest import ROOT, run_cli, run_cli_as
 
 CATALOG = """
 select 'column', c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
@@ -155,6 +156,13 @@ def test_dry_run_plan_lists_pending_sql(fresh_db):
     names = [s.name for s in migrate.plan(conn)]
     assert names[0] == "000-head.sql"
     assert [m.name for m in migrate.migrations()] == names[1:1 + len(migrate.migrations())]
+    assert conn.execute("select to_regnamespace('donto')").fetchone()[0] is None
+    # --json gives the plan as JSON (name, SHA-256, the SQL), not the SQL itself
+    conn.commit()
+    r = run_cli(conn, "migrate", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)["plan"]
+    assert [p["name"] for p in plan] == names and plan[0]["sql"].strip()
     assert conn.execute("select to_regnamespace('donto')").fetchone()[0] is None
 
 
