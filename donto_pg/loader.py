@@ -203,7 +203,12 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
             "select donto.project_recall(%s::bigint, %s::integer, lexical => %s::boolean)",
             (rev, window_chars, lexical)).fetchone()[0]
         standing = conn.execute("select donto.project_standing(%s::bigint)", (rev,)).fetchone()[0]
-    return Recorded(rev, existed is None, len(body), turns, questions, chunks, appended,
+        # new: registered by this transaction, not by a concurrent load of the same text
+        # that this one waited for (registered_at is the registering transaction's start)
+        new = existed is None and conn.execute(
+            "select registered_at = now() from donto.revision where revision_id = %s",
+            (rev,)).fetchone()[0]
+    return Recorded(rev, new, len(body), turns, questions, chunks, appended,
                     standing)
 
 

@@ -71,6 +71,28 @@ def test_loading_twice_creates_nothing_new(db):
     assert counts(db) == before
 
 
+def test_two_concurrent_loads_of_one_text_say_which_made_it(connect, tmp_path):
+    """Two sessions load the same conversation at once: one revision, and only the
+    session that registered it reports a new revision."""
+    import threading
+
+    conv = next(beam.iter_beam(write_chat(tmp_path, "7", small_chat())))
+    a, b = connect(), connect()
+    got = {}
+    with a.transaction():
+        got["a"] = loader.record_conversation(a, conv, "beam:t/race", {})
+        # b waits for a's lock on the document, then finds a's revision
+        t = threading.Thread(target=lambda: got.setdefault(
+            "b", loader.record_conversation(b, conv, "beam:t/race", {})))
+        t.start()
+        time.sleep(1)
+        assert t.is_alive()
+    t.join(60)
+    b.commit()
+    assert got["a"].revision_id == got["b"].revision_id
+    assert (got["a"].new_revision, got["b"].new_revision) == (True, False)
+
+
 def test_deferred_full_text_vectors_equal_the_one_pass_ones(db):
     """lexical=False leaves the vectors to donto.index_lexical, which adds exactly them, once."""
     res = loader.load_beam(db, str(CONV13), lexical=False)
