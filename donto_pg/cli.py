@@ -188,6 +188,11 @@ def migrate(
                     typer.echo(f"-- {s.name}\n{s.text}")
             return
         applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"))
+        if conn.execute("select has_schema_privilege('public', 'public', 'CREATE')"
+                        ).fetchone()[0]:
+            typer.echo("warning: every role may CREATE in schema public, which the donto "
+                       "definers search (for pgvector): run `revoke create on schema public "
+                       "from public` (README, Security model)", err=True)
     out({"applied": applied}, as_json,
         f"applied {', '.join(applied)}" if applied else "up to date (nothing to apply)")
 

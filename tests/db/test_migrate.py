@@ -151,7 +151,7 @@ def test_failing_migration_leaves_nothing_behind(db, tmp_path, monkeypatch):
     assert "999-broken.sql" in migrate.status(db).pending
 
 
-def test_dry_run_plan_lists_pending_sql(fresh_db):
+def test_dry_run_plan_and_a_writable_public_schema(fresh_db):
     conn = fresh_db()
     names = [s.name for s in migrate.plan(conn)]
     assert names[0] == "000-head.sql"
@@ -164,6 +164,16 @@ def test_dry_run_plan_lists_pending_sql(fresh_db):
     plan = json.loads(r.stdout)["plan"]
     assert [p["name"] for p in plan] == names and plan[0]["sql"].strip()
     assert conn.execute("select to_regnamespace('donto')").fetchone()[0] is None
+    # a database whose schema public anybody may write (made before PostgreSQL 15): warned
+    conn.execute("grant create on schema public to public")
+    conn.commit()
+    r = run_cli(conn, "migrate", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["applied"], r.stderr
+    assert "revoke create on schema public from public" in r.stderr
+    conn.execute("revoke create on schema public from public")
+    conn.commit()
+    r = run_cli(conn, "migrate")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
 
 
 def test_python_path_setting_is_written(db):
