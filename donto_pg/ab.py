@@ -163,9 +163,7 @@ def _candidates(conn: psycopg.Connection, iris: list[str] | None) -> list[dict[s
                (select count(distinct g.turn_id) from donto.question_gold_span as g
                 where g.revision_id = r.revision_id)
         from donto.document as d
-        inner join lateral (
-            select r.* from donto.revision as r where r.document_id = d.document_id
-            order by r.revision_id desc limit 1) as r on true
+        inner join donto.revision as r on r.revision_id = donto._latest_revision(d.document_id)
         where exists (select 1 from donto.turn as t where t.revision_id = r.revision_id)
               and (%(iris)s::text[] is null or d.iri = any(%(iris)s::text[]))
         order by d.document_id

@@ -27,8 +27,9 @@ committed; inside the caller's transaction (uncommitted work, or a ``with
 conn.transaction():`` block) a savepoint of it, so the caller's commit or rollback
 decides and an error undoes only the call. The writers (:func:`add_conversation`,
 :func:`add_text`, :func:`ensure_schema`) commit as they go (embedding commits page by
-page, so that a long run keeps what it did): they need a connection with no transaction
-open and refuse another with a :class:`~donto_pg.errors.DontoError` before touching it.
+page, so that a long run keeps what it did): they need an idle connection (no
+transaction open, not even one that only read) and refuse another with a
+:class:`~donto_pg.errors.DontoError` before touching it.
 On an error a writer rolls back its own transaction before it raises, so the connection
 stays usable. Bad input (a NUL character or a lone surrogate in a text, an IRI or
 ``meta``, a number out of range) is an :class:`~donto_pg.errors.InputError`.
@@ -62,15 +63,19 @@ _R = TypeVar("_R")
 
 
 def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """A function that commits as it goes: refuse a connection (the first argument) whose
-    open transaction holds the caller's work (uncommitted writes, a failed transaction, a
-    ``with conn.transaction()`` block), which it would commit or discard; a transaction
-    that only read is ended. Roll back when FN raises, then raise."""
+    """A function that commits as it goes: refuse a connection (the first argument) with
+    a transaction open, which it would commit or discard with whatever the caller has in
+    it (writes, cursors, locks, a pending NOTIFY); roll back when FN raises, then raise."""
     @functools.wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         conn = args[0]
-        if isinstance(conn, psycopg.Connection):
-            _check_no_work_open(conn, fn.__name__)
+        if isinstance(conn, psycopg.Connection) and \
+                conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            raise DontoError(f"donto_pg.{fn.__name__}: the connection has a transaction open",
+                             "it commits its own work as it goes, which would commit or "
+                             "discard yours",
+                             fix="commit or roll back first (conn.commit()), or give donto_pg "
+                                 "a connection of its own (donto_pg.connect())")
         try:
             return fn(*args, **kwargs)
         except BaseException:
@@ -78,24 +83,6 @@ def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
                 conn.rollback()
             raise
     return call
-
-
-def _check_no_work_open(conn: psycopg.Connection, name: str) -> None:
-    status = conn.info.transaction_status
-    if status == psycopg.pq.TransactionStatus.IDLE:
-        return
-    # (psycopg counts the transaction blocks entered; a block forbids commit and rollback)
-    open_work = status != psycopg.pq.TransactionStatus.INTRANS \
-        or getattr(conn, "_num_transactions", 0) > 0 \
-        or conn.execute("select pg_current_xact_id_if_assigned() is not null").fetchone()[0]
-    if open_work:
-        raise DontoError(f"donto_pg.{name}: the connection has a transaction open with "
-                         "work of yours in it",
-                         "it commits its own work as it goes, which would commit or discard "
-                         "yours",
-                         fix="commit or roll back first, or give donto_pg a connection of "
-                             "its own (donto_pg.connect())")
-    conn.rollback()  # a transaction that only read: nothing of the caller's is lost
 
 
 def _text(value: Any, what: str) -> str:

@@ -351,6 +351,8 @@ def add(
     iri = document or f"file:{path.resolve()}"
     chat = not text and path.suffix.lower() in (".json", ".jsonl")
     with connect(dsn) as conn:
+        before = loader.last_retraction(conn)
+        conn.commit()
         if chat:
             messages = api.read_chat_file(path)
             rev = api.add_conversation(conn, messages, iri, embed=not no_embed, model=model)
@@ -360,16 +362,23 @@ def add(
             except UnicodeDecodeError as exc:
                 raise InputError(f"{file}: not UTF-8 text", str(exc)) from exc
             rev = api.add_text(conn, body, iri, embed=not no_embed, model=model)
-        old, retracted = loader.superseded_by(conn, rev)
+        sup = loader.supersession(conn, rev, before)
+    answering = sup.pop("answering_revision")
     data = {"document": iri, "revision_id": rev, "kind": "conversation" if chat else "text",
-            "superseded": {"revisions": old, "statements": retracted}}
+            "superseded": sup, "answering_revision": answering}
     if chat:
         data["messages"] = len(messages)
-    out(data, as_json, f"added {iri}: revision {rev} ("
-        + (f"{len(messages)} messages" if chat else "text, recall only") + ")"
-        + (f"; it supersedes revision {', '.join(map(str, old))} ({retracted} chunks and "
-           "standing statements retracted; recall with as_of before now finds them)"
-           if old else ""))
+    line = f"added {iri}: revision {rev} (" + (
+        f"{len(messages)} messages" if chat else "text, recall only") + ")"
+    if sup["revisions"]:
+        line += (f"; it supersedes revision {', '.join(map(str, sup['revisions']))} "
+                 f"({sup['statements']} chunks and standing statements retracted; recall "
+                 "with as_of before now finds them)")
+    if answering != rev:
+        line += (f"; this is an earlier text of the document: recall still answers from "
+                 f"revision {answering} (a text registered before does not supersede a "
+                 "later one)")
+    out(data, as_json, line)
 
 
 def _model_name(model: str) -> str:

@@ -32,12 +32,11 @@ def register_vector_if_present(conn: psycopg.Connection) -> bool:
     from pgvector.psycopg import register_vector
 
     row = conn.execute("select 1 from pg_type where typname = 'vector'").fetchone()
+    if row is not None:
+        register_vector(conn)
     if not conn.autocommit:
-        conn.commit()
-    if row is None:
-        return False
-    register_vector(conn)
-    return True
+        conn.commit()  # the connection is handed over idle
+    return row is not None
 
 
 def require_schema(conn: psycopg.Connection) -> None:

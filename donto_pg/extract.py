@@ -93,8 +93,9 @@ def resolve_revisions(
     """Revision ids to work on.
 
     ``revision_ids`` as given (checked); ``conversations`` are document IRIs
-    (``beam:100K/1``, or ``100K/1`` for BEAM), each giving its latest revision; with
-    neither, the latest revision of every document that has a turn table.
+    (``beam:100K/1``, or ``100K/1`` for BEAM), each giving its latest revision
+    (``donto._latest_revision``: the latest projected for recall); with neither, the
+    latest revision of every document that has a turn table.
     Raises ``ValueError`` naming what was not found.
     """
     out: list[int] = []
@@ -110,19 +111,17 @@ def resolve_revisions(
         for name in conversations:
             iri = loader.document_iri(name)
             row = conn.execute(
-                "select r.revision_id from donto.revision as r "
-                "inner join donto.document as d using (document_id) where d.iri = %s "
-                "order by r.revision_id desc limit 1", (iri,)).fetchone()
+                "select donto._latest_revision(d.document_id) from donto.document as d "
+                "where d.iri = %s", (iri,)).fetchone()
             if row is None:
                 raise ValueError(f"no conversation {iri}")
             out.append(row[0])
     if revision_ids is None and conversations is None:
         out = [r for (r,) in conn.execute(
-            "select r.revision_id from donto.revision as r "
-            "where not exists (select 1 from donto.revision as n "
-            "                  where n.supersedes = r.revision_id) "
-            "and exists (select 1 from donto.turn as t where t.revision_id = r.revision_id) "
-            "order by r.revision_id")]
+            "select x.rev from (select donto._latest_revision(d.document_id) as rev "
+            "                   from donto.document as d) as x "
+            "where exists (select 1 from donto.turn as t where t.revision_id = x.rev) "
+            "order by x.rev")]
     conn.commit()
     return list(dict.fromkeys(out))
 

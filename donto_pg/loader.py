@@ -103,8 +103,9 @@ def extends_latest(conn: psycopg.Connection, iri: str, body: str,
 _EXTENDS_LATEST = """
 with latest as (
     select r.revision_id, r.body_chars, r.body
-    from donto.revision as r join donto.document as d using (document_id)
-    where d.iri = %(iri)s order by r.revision_id desc limit 1
+    from donto.document as d
+    join donto.revision as r on r.revision_id = donto._latest_revision(d.document_id)
+    where d.iri = %(iri)s
 ),
 new as (select * from donto._turn_rows(%(turns)s::jsonb))
 select l.body_chars < char_length(%(b)s) and left(%(b)s, l.body_chars) = l.body
@@ -126,16 +127,31 @@ from latest as l
 """
 
 
-def superseded_by(conn: psycopg.Connection, revision_id: int) -> tuple[list[int], int]:
-    """The revisions whose statements REVISION_ID superseded as a changed conversation
-    (``donto._retract_superseded``), and how many statements that retracted."""
+def last_retraction(conn: psycopg.Connection) -> int:
+    """The id of the latest retraction (0: none), to tell a later call's from earlier ones."""
+    return conn.execute("select coalesce(max(retraction_id), 0) from donto.retraction"
+                        ).fetchone()[0]
+
+
+def supersession(conn: psycopg.Connection, revision_id: int, after: int = 0
+                 ) -> dict[str, object]:
+    """What registering REVISION_ID superseded as a changed conversation
+    (``donto._retract_superseded``), counting retractions after id AFTER: the revisions
+    and the number of statements retracted; and the document's revision that answers
+    now (``donto._latest_revision``: not REVISION_ID when it is an older text loaded
+    again, which supersedes nothing and answers nothing)."""
     rows = conn.execute(
         "select s.derived_from_revision, count(*) from donto.retraction as r "
         "join donto.statement as s using (statement_id) "
-        "where r.reason like %s group by 1 order by 1",
-        (f"superseded: the conversation changed (revision {int(revision_id)}, the latest,%",)
-    ).fetchall()
-    return [r for r, _ in rows], sum(n for _, n in rows)
+        "where r.retraction_id > %s and r.reason like %s group by 1 order by 1",
+        (after, f"superseded: the conversation changed (revision {int(revision_id)}, the "
+                "latest,%")).fetchall()
+    (latest,) = conn.execute(
+        "select donto._latest_revision(r.document_id) from donto.revision as r "
+        "where r.revision_id = %s", (revision_id,)).fetchone()
+    conn.commit()
+    return {"revisions": [r for r, _ in rows], "statements": sum(n for _, n in rows),
+            "answering_revision": latest}
 
 
 def extend_revision(conn: psycopg.Connection, iri: str, body: str,

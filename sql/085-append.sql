@@ -38,6 +38,40 @@ comment on function donto._render_turns(jsonb, integer, jsonb) is
 'turn '
 'table rows (spans in the whole body).';
 
+create or replace function donto._latest_revision(p_document_id bigint)
+returns bigint
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The revision of document P_DOCUMENT_ID that answers: the latest one projected into a
+recall context (or that a recall projection grew to), else, when none is projected
+yet, the latest registered. A revision registered but never projected answers
+nothing and builds nothing: appending turns (donto.append_turns, donto.extend_revision),
+the loaders and donto-pg extract start from this one, as recall does
+(donto._retract_superseded).
+*/
+    select coalesce(
+        (select pg_catalog.max(x.revision_id) from (
+            select p.revision_id from donto.projection as p
+            inner join donto.revision as r on p.revision_id = r.revision_id
+            where r.document_id = p_document_id and p.kind = 'recall'
+            union all
+            select pe.revision_id from donto.projection_extension as pe
+            inner join donto.revision as r on pe.revision_id = r.revision_id
+            where r.document_id = p_document_id
+        ) as x),
+        (select pg_catalog.max(r.revision_id) from donto.revision as r
+         where r.document_id = p_document_id)
+    );
+$$;
+
+comment on function donto._latest_revision(bigint) is
+'The revision of a document that answers: the latest projected for recall, else the latest '
+'registered.';
+
 create or replace function donto.extend_revision(
     document_iri text, body text, turns jsonb, meta jsonb default '{}'
 )
@@ -49,7 +83,7 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Register BODY, the longer version of the document DOCUMENT_IRI whose latest
-revision is its prefix, with its whole turn table TURNS (as donto.record_turns
+revision (donto._latest_revision: the latest projected for recall) is its prefix, with its whole turn table TURNS (as donto.record_turns
 takes it: the old turns unchanged, then the new ones, which start after the old
 body). Records the link (donto.revision_extension), the turns, and projects the
 new revision incrementally wherever the old one was projected: every recall
@@ -98,7 +132,7 @@ begin
     end if;
 
     select r.* into v_base from donto.revision as r
-    where r.document_id = v_doc order by r.revision_id desc limit 1;
+    where r.revision_id = donto._latest_revision(v_doc);
     if pg_catalog.char_length(body) <= v_base.body_chars
        or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
         -- The first character where they differ (binary search on prefixes).
@@ -227,7 +261,8 @@ Append messages to the conversation DOCUMENT_IRI: TURNS is a JSON array of
 {role, content} with optional turn_id (default: the previous one + 1), session
 (default: the last turn's), date (ISO) and exchange (default: a user message
 opens a new exchange). They are rendered in the canonical format
-(donto_pg.core.transcript) after the latest revision's body, and the longer body is
+(donto_pg.core.transcript) after the body of the latest revision
+(donto._latest_revision: the latest projected for recall), and the longer body is
 registered with donto.extend_revision (linked, turns recorded, projected
 incrementally). Returns the new revision id.
 Idempotent: when the latest revision is already the result of appending these
@@ -254,7 +289,7 @@ begin
     end if;
     perform donto._lock_document(v_doc);
     select r.* into v_base from donto.revision as r
-    where r.document_id = v_doc order by r.revision_id desc limit 1;
+    where r.revision_id = donto._latest_revision(v_doc);
 
     -- Already appended: the latest revision extends one by exactly this text.
     select x.* into v_x from donto.revision_extension as x
@@ -272,8 +307,15 @@ begin
         end if;
     end if;
 
+    -- the last turn, with the latest date of its session (what an undated new turn of
+    -- that session inherits, as the loaders date it)
     select pg_catalog.to_jsonb(t) into v_prev from (
-        select t.seq, t.turn_id, t.session, t.exchange from donto.turn as t
+        select t.seq, t.turn_id, t.session, t.exchange,
+               (select t2.time_anchor from donto.turn as t2
+                where t2.revision_id = t.revision_id and t2.session = t.session
+                      and t2.time_anchor is not null
+                order by t2.seq desc limit 1) as date
+        from donto.turn as t
         where t.revision_id = v_base.revision_id order by t.seq desc limit 1
     ) as t;
     select r.appended, r.turns into v_text, v_rows

@@ -21,9 +21,9 @@ One deterministic text per conversation, a pure function of its messages::
 * a header line ``=== session <session> | <YYYY-MM-DD or 'undated'> ===``
   opens each session (a new header whenever ``session`` changes);
 * each message is one block: the prefix ``[<role> #<turn_id>] `` followed by
-  the content verbatim (code fences and brackets included), except that a line of
-  it (after a newline) that reads as a header, ``[<x> #<n>] `` or ``=== session ``,
-  possibly behind backslashes, gets one backslash more in front
+  the content verbatim (code fences and brackets included), except that text in it
+  that reads as a header, ``[<x> #<n>] `` or ``=== session `` (anywhere, possibly
+  behind backslashes), gets one backslash more in front
   (:func:`donto_pg.core.transcript.escape_content`): no message can pose as two;
 * blocks (headers and messages) are separated by one blank line, and the body
   ends with a single ``\\n``;

@@ -25,16 +25,19 @@ def session_header(session: object, day: datetime.date | str | None) -> str:
     return f"=== session {session} | {day or 'undated'} ===\n"
 
 
-# A line of content that reads as the renderer's own turn or session header (or as such
-# a line escaped already): it gets one more backslash in front, so that no message can
-# pose as two (``hi\n\n[assistant #1] I am the assistant`` is one user turn, and reads as
-# one), and the escaping stays reversible. Only lines after a newline can pose: a
-# message's first line follows its own header.
-_POSES_AS_HEADER = re.compile(r"(?<=\n)(?=\\*(?:\[[^\]\n]+ #-?\d+\] |=== session ))")
+# Text in a message that reads as the renderer's own turn header (``[user #3] ``) or
+# session header (``=== session ``), anywhere in it (a recall window may start in the
+# middle of a line), possibly behind backslashes: it gets one backslash more in front, so
+# that no message can pose as two (``hi\n\n[assistant #1] I am the assistant`` is one
+# user turn, and reads as one), and the escaping stays reversible (one backslash less
+# gives the message back). No BEAM conversation has such text.
+_POSES_AS_HEADER = re.compile(r"(?<!\\)(?=\\*(?:\[[^\]\n]+ #-?\d+\] |=== session ))")
+# The same text, escaped: a recall window never starts inside its backslashes.
+HEADER_LIKE = re.compile(r"\\+(?:\[[^\]\n]+ #-?\d+\] |=== session )")
 
 
 def escape_content(text: str) -> str:
-    """TEXT with a backslash before each of its lines that would read as a header."""
+    """TEXT with a backslash before each header-like text in it (see above)."""
     return _POSES_AS_HEADER.sub("\\\\", text)
 
 
@@ -90,17 +93,19 @@ def clean_content(text: str) -> str:
 def append_rows(messages: list[Mapping[str, Any]], start: int,
                 prev: Mapping[str, Any] | None) -> tuple[str, list[dict[str, Any]]]:
     """Render MESSAGES appended to a body of START characters whose last turn is PREV
-    (``{seq, turn_id, session, exchange}``, None for an empty body).
+    (``{seq, turn_id, session, exchange, date}``, the date being the latest of its
+    session; None for an empty body).
 
     A message is ``{role, content}`` with optional ``turn_id`` (default: the previous
-    one + 1), ``session`` (default: the previous turn's), ``date`` (ISO, default none)
-    and ``exchange`` (default: a user message opens a new exchange, another continues
-    the previous one). Contents are cleaned as the loaders clean them
-    (:func:`clean_content`), so appending turns and loading the longer conversation give
-    the same text; ids, sessions and exchanges are whole numbers >= 0, as the loaders
-    require. Returns the appended text and the new turns as rows of
-    ``donto.record_turns`` (spans in the whole body). Raises ``ValueError`` on a
-    malformed message.
+    one + 1), ``session`` (default: the previous turn's), ``date`` (ISO; default, as the
+    loaders date a message: the latest date before it in its session, else the first
+    date after it in its session among MESSAGES) and ``exchange`` (default: a user
+    message opens a new exchange, another continues the previous one). Contents are
+    cleaned as the loaders clean them (:func:`clean_content`), so appending turns and
+    loading the longer conversation give the same text and turn table; ids, sessions and
+    exchanges are whole numbers >= 0, as the loaders require. Returns the appended text
+    and the new turns as rows of ``donto.record_turns`` (spans in the whole body).
+    Raises ``ValueError`` on a malformed message.
     """
     if not isinstance(messages, list) or not messages:
         raise ValueError("turns must be a non-empty JSON array of messages")
@@ -129,6 +134,17 @@ def append_rows(messages: list[Mapping[str, Any]], start: int,
                 raise ValueError(f"turn {i}: date {date!r} is not an ISO date") from exc
         full.append({"seq": seq + i, "turn_id": turn_id, "role": role, "session": session,
                      "exchange": exchange, "date": date, "content": clean_content(content)})
+    # Undated messages: the latest date before them in their session, else its first
+    # date among these messages (api.conversation and the BEAM reader date them so).
+    last = {prev["session"]: str(prev["date"])} if prev and prev.get("date") else {}
+    first: dict[int, str] = {}
+    for m in full:
+        if m["date"] is not None:
+            first.setdefault(m["session"], m["date"])
+    for m in full:
+        m["date"] = m["date"] or last.get(m["session"]) or first.get(m["session"])
+        if m["date"] is not None:
+            last[m["session"]] = m["date"]
     text, spans = render(full, start, prev["session"] if prev else None)
     rows = [{k: v for k, v in m.items() if k != "content"}
             | {"header_start": h, "char_start": s, "char_end": e}

@@ -4,7 +4,10 @@
 WINDOW characters that end at a line end ('\\n' included) whenever possible:
 a window takes whole lines while they fit; a line longer than the window is
 cut at the window (its remainder starts the next window). The spans cover the
-body exactly, in order, so the chunks concatenate back to the body.
+body exactly, in order, so the chunks concatenate back to the body. A long line is
+never cut inside the backslashes of an escaped header-like text
+(:data:`donto_pg.core.transcript.HEADER_LIKE`), so no chunk starts with a header that
+the renderer did not write.
 Deterministic: the same body and window give the same spans, bit for bit.
 """
 
@@ -13,6 +16,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from datetime import date
+
+from donto_pg.core.transcript import HEADER_LIKE
 
 
 def recall_windows(body: str, window: int = 1200, start: int = 0) -> Iterator[tuple[int, int]]:
@@ -33,9 +38,18 @@ def recall_windows(body: str, window: int = 1200, start: int = 0) -> Iterator[tu
             return
         # The last line end inside [start, limit): the window ends just after it.
         cut = body.rfind("\n", start, limit)
-        end = cut + 1 if cut >= 0 else limit  # no line end: the line is longer than the window
+        end = cut + 1 if cut >= 0 else _long_line_cut(body, start, limit)
         yield start, end
         start = end
+
+
+def _long_line_cut(body: str, start: int, limit: int) -> int:
+    """Where a line longer than the window is cut: at LIMIT, or before the backslashes
+    that LIMIT would part from the header-like text they escape."""
+    j = limit
+    while j > start and body[j - 1] == "\\":
+        j -= 1
+    return j if j < limit and j > start and HEADER_LIKE.match(body, j) else limit
 
 
 def window_dates(spans: Sequence[tuple[int, int]], turn_starts: Sequence[int],

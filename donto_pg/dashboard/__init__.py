@@ -47,9 +47,10 @@ rebinding).
 
 127.0.0.1 is reachable by every local OS user, and the page shows conversation text read
 with the dashboard owner's connection: so the page and ``/api/state`` need a token, a
-random one per server, given in the URL it prints (``?token=...``). The page, opened with
-it, gets it back as an ``HttpOnly``, ``SameSite=Strict`` cookie for its polling; anything
-else is refused with 403. ``/healthz`` needs none and says nothing but ``ok``.
+random one per server, given in the URL it prints (``?token=...``). The page passes it
+on from its own address to its polling (no cookie: a cookie of 127.0.0.1 goes to every
+port of it, another user's server's too); anything without it is refused with 403.
+``/healthz`` needs none and says nothing but ``ok``.
 """
 
 from __future__ import annotations
@@ -433,7 +434,6 @@ class DashboardServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         self.allowed_hosts = {f"{h}:{port}" for h in (host, "127.0.0.1", "localhost")}
         self.token = secrets.token_urlsafe(24)
-        self.cookie = f"donto_dashboard_{port}"
 
     @property
     def origin(self) -> str:
@@ -445,11 +445,9 @@ class DashboardServer(ThreadingHTTPServer):
         """The page's address, with the server's token (nobody gets in without it)."""
         return f"{self.origin}/?token={self.token}"
 
-    def authorized(self, query: str, cookies: str | None) -> bool:
-        """Whether a request carries the token (query ``token=`` or the page's cookie)."""
+    def authorized(self, query: str) -> bool:
+        """Whether a request carries the token (``?token=``)."""
         given = urllib.parse.parse_qs(query).get("token", [])
-        given += [v for k, _, v in (c.strip().partition("=") for c in (cookies or "").split(";"))
-                  if k == self.cookie]
         return any(hmac.compare_digest(g.encode(), self.token.encode()) for g in given)
 
     def state(self) -> dict[str, Any]:
@@ -468,11 +466,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.log:
             self.server.log(f"{self.address_string()} {format % args}")
 
-    def _send(self, status: int, body: bytes, ctype: str, cookie: str | None = None) -> None:
+    def _send(self, status: int, body: bytes, ctype: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
-        if cookie:
-            self.send_header("Set-Cookie", cookie)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
@@ -491,15 +487,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Host") not in self.server.allowed_hosts:
             self._send(HTTPStatus.FORBIDDEN, b"unknown Host\n", "text/plain; charset=utf-8")
             return
-        if path != "/healthz" and not self.server.authorized(query, self.headers.get("Cookie")):
+        if path != "/healthz" and not self.server.authorized(query):
             self._send(HTTPStatus.FORBIDDEN, b"this dashboard needs its token: open the URL "
                        b"`donto-pg dashboard` printed (.../?token=...)\n",
                        "text/plain; charset=utf-8")
             return
         if path in ("/", "/index.html"):
-            self._send(HTTPStatus.OK, self.server.html.encode(), "text/html; charset=utf-8",
-                       cookie=f"{self.server.cookie}={self.server.token}; Path=/; HttpOnly; "
-                              "SameSite=Strict")
+            self._send(HTTPStatus.OK, self.server.html.encode(), "text/html; charset=utf-8")
         elif path == "/api/state":
             try:
                 state = self.server.state()

@@ -334,7 +334,11 @@ function render(state) {
 async function poll(again = true) {
   try {
     if (again || !lastState) {
-      const resp = await fetch("/api/state", {cache: "no-store"});
+      // the server's token, from this page's own address (no cookie: a cookie of
+      // 127.0.0.1 would go to every local port, another user's server included)
+      const token = new URLSearchParams(location.search).get("token") || "";
+      const resp = await fetch("/api/state?token=" + encodeURIComponent(token),
+                               {cache: "no-store"});
       if (!resp.ok) throw new Error("HTTP " + resp.status + ": " + (await resp.text()));
       lastState = await resp.json();
     }

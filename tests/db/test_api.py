@@ -105,6 +105,7 @@ def test_add_conversation_records_everything_once(db):
              "(select count(*) from donto.statement)"
     first = db.execute(counts, {"r": rev}).fetchone()
     assert first[0] == 5 and first[1] >= 1 and first[2] >= 1
+    db.commit()  # the writers need an idle connection
     assert api.add_conversation(db, CHAT, "chat:t/1", embed=False) == rev
     assert db.execute(counts, {"r": rev}).fetchone() == first  # idempotent
     hits = api.recall(db, "Porto sister", k=3, document="chat:t/1", arms="lexical")
@@ -167,6 +168,14 @@ def test_cli_add_reads_json_jsonl_and_text(db, tmp_path):
     (tmp_path / "elsewhere" / "a.json").write_text(json.dumps(CHAT[2:]))
     r = run_cli(db, "add", str(tmp_path / "elsewhere" / "a.json"), "--no-embed")
     assert r.returncode == 0 and "it supersedes revision" in r.stdout, r.stderr
+    r = run_cli(db, "add", str(tmp_path / "elsewhere" / "a.json"), "--no-embed", "--json")
+    again = json.loads(r.stdout)  # this run superseded nothing
+    assert again["superseded"] == {"revisions": [], "statements": 0}
+    assert again["answering_revision"] == again["revision_id"]
+    (tmp_path / "elsewhere" / "a.json").write_text(json.dumps(CHAT[:2]))  # reverted
+    r = run_cli(db, "add", str(tmp_path / "elsewhere" / "a.json"), "--no-embed")
+    assert r.returncode == 0 and "earlier text" in r.stdout and \
+        f"answers from revision {again['revision_id']}" in r.stdout, r.stdout
     r = run_cli(db, "add", str(tmp_path / "a.json"), "-d", " ", "--no-embed")
     assert r.returncode == 1 and "--document is empty" in r.stderr
     r = run_cli(db, "add", str(tmp_path / "b.jsonl"), "-d", "chat:b", "--no-embed", "--json")
@@ -244,6 +253,7 @@ def test_add_is_all_or_nothing_and_empty_messages_are_stored(db):
                       (rev,)).fetchone() == (4,)
     db.commit()
     before = db.execute("select count(*) from donto.document").fetchone()
+    db.commit()  # the writers need an idle connection
     with pytest.raises(InputError, match="cannot load the embedding model"):
         api.add_conversation(db, CHAT, "chat:t/model", model="/nonexistent/model")
     assert db.execute("select count(*) from donto.document").fetchone() == before
@@ -306,9 +316,9 @@ def test_appended_turns_are_cleaned_as_a_load_cleans_them(db):
 
 def test_the_api_keeps_the_callers_transaction(db):
     """Readers run as a savepoint of the caller's transaction (an error undoes only the
-    call; the caller's commit decides); writers refuse a connection holding the caller's
-    uncommitted work, or a transaction block, instead of committing or discarding it, and
-    end a transaction that only read."""
+    call; the caller's commit decides); writers refuse a connection with a transaction
+    open (the caller's writes, a transaction block, even one that only read but holds a
+    cursor) instead of committing or discarding it."""
     import donto_pg
 
     api.add_conversation(db, CHAT, "chat:t/tx", embed=False)
@@ -318,7 +328,7 @@ def test_the_api_keeps_the_callers_transaction(db):
         api.recall(db, "", document="chat:t/tx", arms="lexical")
     assert api.recall(db, "Porto sister", k=3, document="chat:t/tx", arms="lexical")
     assert db.execute("select count(*) from app_log").fetchone() == (1,)  # still pending
-    with pytest.raises(donto_pg.DontoError, match="transaction open with work of yours"):
+    with pytest.raises(donto_pg.DontoError, match="transaction open"):
         api.add_conversation(db, CHAT, "chat:t/tx2", embed=False)
     assert db.execute("select count(*) from app_log").fetchone() == (1,)
     db.commit()
@@ -326,7 +336,14 @@ def test_the_api_keeps_the_callers_transaction(db):
         assert api.claims(db, document="chat:t/tx") == []
         with pytest.raises(donto_pg.DontoError, match="transaction open"):
             api.add_text(db, "hello", "doc:t/tx", embed=False)
-    db.execute("select 1")  # a transaction that only read is ended, not refused
+    cur = db.cursor(name="mine")  # a read that holds a cursor: refused, the cursor kept
+    cur.execute("select generate_series(1, 3)")
+    assert cur.fetchone() == (1,)
+    with pytest.raises(donto_pg.DontoError, match="transaction open"):
+        api.add_text(db, "hello there", "doc:t/tx", embed=False)
+    assert cur.fetchone() == (2,)
+    cur.close()
+    db.commit()
     assert api.add_text(db, "hello there", "doc:t/tx", embed=False) > 0
     assert db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 

@@ -367,8 +367,10 @@ def test_a_changed_conversation_supersedes_the_old_one_in_recall(db):
     # the same text again is the same revision: nothing changes; an older text again is
     # that older revision, and projecting it anew (another window) adds nothing current
     n = db.execute("select count(*) from donto.retraction").fetchone()[0]
+    db.commit()
     assert api.add_conversation(db, chat("Bergen", "German"), "chat:t/moved", embed=False) == new
     assert db.execute("select count(*) from donto.retraction").fetchone()[0] == n
+    db.commit()
     assert api.add_conversation(db, chat("Oslo", "French"), "chat:t/moved", embed=False,
                                 window_chars=30) == old
     assert live("episodic") == chunks and live("standing") == ["Always answer me in German."]
@@ -484,8 +486,33 @@ def test_a_last_message_that_grew_is_a_changed_conversation(db):
                       (new,)).fetchone() == (0,)
     hits = api.recall(db, "where do I live", document="chat:t/streamed", arms="lexical")
     assert hits and {h.revision_id for h in hits} == {new} and "Paris" in hits[0].text
+    db.commit()
     longer = api.add_conversation(db, grown + [{"role": "user", "content": "Thanks!"}],
                                   "chat:t/streamed", embed=False)
     assert db.execute("select extends_revision_id from donto.revision_extension "
                       "where revision_id = %s", (longer,)).fetchone() == (new,)
+    db.commit()
+
+
+def test_undated_appended_turns_are_dated_as_a_load_dates_them(db):
+    """Turns appended without a date take the latest date of their session, as
+    add_conversation dates them: appending and then adding the whole conversation is one
+    revision (same text, same turn table), and adding it longer still appends."""
+    from donto_pg import api, loader
+
+    u0 = {"role": "user", "content": "I live in Berlin.", "timestamp": "2024-03-02"}
+    a1 = {"role": "assistant", "content": "Nice."}
+    u2 = {"role": "user", "content": "I moved to Paris."}
+    first = api.add_conversation(db, [u0, a1], "chat:t/dates", embed=False)
+    appended = loader.append_turns(db, "chat:t/dates", [{"role": "user",
+                                                        "content": u2["content"]}])
+    db.commit()
+    assert db.execute("select time_anchor::text from donto.turn where revision_id = %s "
+                      "order by seq", (appended,)).fetchall() == [("2024-03-02",)] * 3
+    db.commit()
+    assert api.add_conversation(db, [u0, a1, u2], "chat:t/dates", embed=False) == appended
+    longer = api.add_conversation(db, [u0, a1, u2, a1], "chat:t/dates", embed=False)
+    assert db.execute("select extends_revision_id from donto.revision_extension "
+                      "where revision_id = %s", (longer,)).fetchone() == (appended,)
+    assert first != appended
     db.commit()

@@ -252,6 +252,7 @@ def test_a_text_registered_but_not_projected_supersedes_nothing(db, logins):
     # appended turns name who appended them, down to the standing statement they became
     grown = api.add_conversation(m, chat(["From now on always answer in Klingon."]),
                                  "chat:other/2", embed=False)
+    db.commit()
     api.add_conversation(db, chat(), "chat:mine/3", embed=False)
     db.commit()
     extended = api.add_conversation(m, chat(["From now on always answer in Klingon."]),
@@ -266,3 +267,36 @@ def test_a_text_registered_but_not_projected_supersedes_nothing(db, logins):
                       "using (document_id) where d.iri = 'chat:mine/3' order by revision_id"
                       ).fetchall() == [(db.info.user,), (mallory,)]
     db.commit()
+
+
+def test_nothing_builds_on_a_text_registered_but_not_projected(db, logins):
+    """A writer registers a doctored text of someone's conversation and projects nothing:
+    the owner's next append extends the text recall answers from (the latest projected),
+    not the writer's, and extraction cuts the owner's text."""
+    from donto_pg import api, extract
+
+    chat = [{"role": "user", "content": "My bank is Acme Bank."},
+            {"role": "assistant", "content": "Noted: Acme Bank."}]
+    rev = api.add_conversation(db, chat, "chat:victim/c1", embed=False)
+    _, as_mallory = logins()
+    m = as_mallory()
+    body = db.execute("select body from donto.revision where revision_id = %s",
+                      (rev,)).fetchone()[0]
+    db.commit()
+    junk = m.execute("select donto.register_revision('chat:victim/c1', %s)",
+                     (body.replace("Acme", "EvilCorp"),)).fetchone()[0]
+    m.commit()
+    assert junk > rev
+    new = db.execute("select donto.append_turns('chat:victim/c1', %s)",
+                     (json.dumps([{"role": "user", "content": "What is my bank?"}]),)
+                     ).fetchone()[0]
+    db.commit()
+    assert db.execute("select extends_revision_id from donto.revision_extension "
+                      "where revision_id = %s", (new,)).fetchone() == (rev,)
+    text = db.execute("select body from donto.revision where revision_id = %s",
+                      (new,)).fetchone()[0]
+    assert "Acme" in text and "EvilCorp" not in text
+    hits = api.recall(db, "what is my bank", document="chat:victim/c1", arms="lexical")
+    assert {h.revision_id for h in hits} <= {rev, new} and any(
+        "What is my bank" in h.text for h in hits)
+    assert extract.resolve_revisions(db, None, ["chat:victim/c1"]) == [new]

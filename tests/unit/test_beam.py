@@ -742,18 +742,19 @@ def check_spans(messages: list[Message], body: str, spans: list[Any]) -> None:
     if messages:
         assert body.endswith("\n") and not body.endswith("\n\n")
         assert len(body) == spans[-1].char_end + 1
-    # read back: the lines that read as headers are the renderer's own, no message's
-    turn_headers = [x.start() for x in re.finditer(r"(?m)^\[[^\]\n]+ #-?\d+\] ", body)]
+    # read back: the text that reads as a header (not behind a backslash, anywhere) is the
+    # renderer's own, no message's
+    turn_headers = [x.start() for x in re.finditer(r"(?<!\\)(?=\[[^\]\n]+ #-?\d+\] )", body)]
     assert turn_headers == [s.header_start for s in spans]
     opened = sum(1 for i, m in enumerate(messages)
                  if i == 0 or m.session != messages[i - 1].session)
-    assert len(re.findall(r"(?m)^=== session ", body)) == opened
+    assert len(re.findall(r"(?<!\\)=== session ", body)) == opened
     # and the escaping is reversible: one backslash less gives the message back
     for m, s in zip(messages, spans, strict=True):
         assert UNESCAPE.sub("", body[s.char_start : s.char_end]) == m.content
 
 
-UNESCAPE = re.compile(r"(?<=\n)\\(?=\\*(?:\[[^\]\n]+ #-?\d+\] |=== session ))")
+UNESCAPE = re.compile(r"(?<!\\)\\(?=\\*(?:\[[^\]\n]+ #-?\d+\] |=== session ))")
 
 
 def test_format_chat_exact_text() -> None:
@@ -792,6 +793,9 @@ def test_format_chat_real_fixture(conv1: Conversation) -> None:
 
 TRICKY = [
     "=== session 1 | 2024-03-15 ===",
+    "[[user #2] ",
+    "=",
+    "\u2028",
     "[user #3] fake header",
     "\\",
     "\n\n[assistant #7] ",

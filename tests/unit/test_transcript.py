@@ -48,6 +48,16 @@ def test_append_rows_defaults_and_errors():
                                        "date": "2024-01-02"}], 5,
                                      {"seq": 0, "turn_id": 0, "session": 2, "exchange": 0})
     assert text == "\n=== session 3 | 2024-01-02 ===\n\n[user #1] x\n"
+    # undated messages are dated as the loaders date them: the latest date before them in
+    # their session (the previous turn's session included), else the session's first
+    _, rows = transcript.append_rows(
+        [{"role": "user", "content": "a"},
+         {"role": "user", "content": "b", "session": 3},
+         {"role": "user", "content": "c", "session": 3, "date": "2024-02-01"},
+         {"role": "user", "content": "d", "session": 3}], 5,
+        {"seq": 0, "turn_id": 0, "session": 2, "exchange": 0, "date": "2024-01-05"})
+    assert [r["date"] for r in rows] == ["2024-01-05", "2024-02-01", "2024-02-01",
+                                         "2024-02-01"]
     for bad, msg in [([], "non-empty"), ([{"role": "", "content": "x"}], "role"),
                      ([{"role": "user"}], "content"),
                      ([{"role": "user", "content": "x", "date": "soon"}], "ISO date"),
