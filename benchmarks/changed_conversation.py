@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             if q[4] not in EXCLUDED_ABILITIES and q[7]]
         if not questions:
             ap.error(f"{args.conversation}: not loaded (donto-pg load-beam first)")
+        conn.commit()  # the API's writers take an idle connection
         first, latest = add_changed(conn, conv, iri)
         superseded = conn.execute(
             "select count(*) from donto.projection_superseded s join donto.projection p "
