@@ -40,11 +40,22 @@ def register_vector_if_present(conn: psycopg.Connection) -> bool:
 
 
 def require_schema(conn: psycopg.Connection) -> None:
-    """Raise :class:`~donto_pg.errors.SchemaMissing` unless the donto schema is installed."""
-    from donto_pg.errors import SchemaMissing
+    """Raise :class:`~donto_pg.errors.SchemaMissing` unless the donto schema is installed,
+    and :class:`~donto_pg.errors.SchemaVersion` when it is of another donto-pg version
+    (``donto.sql_version()``; a release before it had none)."""
+    from donto_pg import __version__
+    from donto_pg.errors import SchemaMissing, SchemaVersion
 
-    row = conn.execute("select to_regclass('donto.migration') is not null").fetchone()
+    has, versioned, extension = conn.execute(
+        "select to_regclass('donto.migration') is not null, "
+        "to_regprocedure('donto.sql_version()') is not null, "
+        "exists (select from pg_extension where extname = 'donto')").fetchone()
+    version = (conn.execute("select donto.sql_version()").fetchone()[0] if has and versioned
+               else conn.execute("select extversion from pg_extension where extname = 'donto'"
+                                 ).fetchone()[0] if extension else None)
     if not conn.autocommit:
         conn.commit()
-    if not row[0]:
+    if not has:
         raise SchemaMissing(f"{conn.info.dbname} has no donto.migration table")
+    if version is not None and version != __version__:
+        raise SchemaVersion(version, __version__, extension)

@@ -56,6 +56,18 @@ class SchemaMissing(DatabaseError):
                              "ALTER EXTENSION donto UPDATE")
 
 
+class SchemaVersion(DatabaseError):
+    """The connected database's donto schema is of another donto-pg version."""
+
+    def __init__(self, database: str, client: str, extension: bool) -> None:
+        upgrade = ("`donto-pg extension install`, then ALTER EXTENSION donto UPDATE"
+                   if extension else "`donto-pg migrate`")
+        super().__init__(f"the database's donto schema is version {database}, this donto-pg "
+                         f"is {client}",
+                         fix=f"upgrade the database with {upgrade} (from donto-pg {client}), "
+                             f"or use donto-pg {database}")
+
+
 @dataclass(frozen=True)
 class Explained:
     """An error as the CLI prints it: one or two lines and an exit code."""

@@ -239,6 +239,10 @@ def test_alter_extension_update_from_a_release_keeps_the_data(fresh_db, old):
     before = updated.execute(f"select statement_id, tsv::text from donto.{lexical} "
                              "order by 1").fetchall()
     updated.commit()
+    # this donto-pg says what the older database needs, before it runs anything there
+    r = run_cli(updated, "recall", "Berlin", "--arms", "lexical")
+    assert r.returncode == 1 and f"schema is version {old}" in r.stderr, r.stderr
+    assert "ALTER EXTENSION donto UPDATE" in r.stderr and "Traceback" not in r.stderr
     updated.execute("alter extension donto update")
     updated.commit()
     assert updated.execute("select extversion from pg_extension where extname = 'donto'"
