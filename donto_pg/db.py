@@ -50,9 +50,12 @@ def require_schema(conn: psycopg.Connection) -> None:
         "select to_regclass('donto.migration') is not null, "
         "to_regprocedure('donto.sql_version()') is not null, "
         "exists (select from pg_extension where extname = 'donto')").fetchone()
-    version = (conn.execute("select donto.sql_version()").fetchone()[0] if has and versioned
-               else conn.execute("select extversion from pg_extension where extname = 'donto'"
-                                 ).fetchone()[0] if extension else None)
+    version = None
+    if has and versioned:
+        version = conn.execute("select donto.sql_version()").fetchone()[0]
+    elif extension:  # a release before donto.sql_version(): the extension's own version
+        version = conn.execute("select extversion from pg_extension where extname = 'donto'"
+                               ).fetchone()[0]
     if not conn.autocommit:
         conn.commit()
     if not has:
