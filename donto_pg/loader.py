@@ -93,38 +93,14 @@ def extends_latest(conn: psycopg.Connection, iri: str, body: str,
     """Whether BODY with its turn table TURNS is a longer version of the latest revision
     of document IRI: that body is its prefix, its turns are the first TURNS unchanged and
     the other TURNS start after it. Then it is appended (``extend_revision``) rather than
-    loaded anew. A last message that grew (a streamed reply saved early, a "P.S.") keeps
-    the old body as a prefix but changes a turn: that is a changed conversation."""
-    row = conn.execute(_EXTENDS_LATEST, {"b": body, "iri": iri, "turns": json.dumps(turns)}
-                       ).fetchone()
+    loaded anew (``donto._extension_fault``, the test ``extend_revision`` applies). A last
+    message that grew (a streamed reply saved early, a "P.S.") keeps the old body as a
+    prefix but changes a turn: that is a changed conversation."""
+    row = conn.execute(
+        "select donto._extension_fault(donto._latest_revision(d.document_id), %s, %s::jsonb) "
+        "is null from donto.document as d where d.iri = %s",
+        (body, json.dumps(turns), iri)).fetchone()
     return bool(row and row[0])
-
-
-_EXTENDS_LATEST = """
-with latest as (
-    select r.revision_id, r.body_chars, r.body
-    from donto.document as d
-    join donto.revision as r on r.revision_id = donto._latest_revision(d.document_id)
-    where d.iri = %(iri)s
-),
-new as (select * from donto._turn_rows(%(turns)s::jsonb))
-select l.body_chars < char_length(%(b)s) and left(%(b)s, l.body_chars) = l.body
-       and not exists (
-           select 1 from donto.turn as o left join new as t on o.seq = t.seq
-           where o.revision_id = l.revision_id
-                 and (t.seq is null
-                      or (o.turn_id, o.role, o.session, o.exchange, o.time_anchor,
-                          o.header_start, o.char_start, o.char_end)
-                      is distinct from (t.turn_id, t.role, t.session, t.exchange,
-                                        t.time_anchor, t.header_start, t.char_start,
-                                        t.char_end)))
-       and not exists (
-           select 1 from new as t
-           where t.seq >= (select count(*) from donto.turn as o
-                           where o.revision_id = l.revision_id)
-                 and t.header_start < l.body_chars)
-from latest as l
-"""
 
 
 def last_retraction(conn: psycopg.Connection) -> int:

@@ -5615,6 +5615,81 @@ comment on function donto._latest_revision(bigint) is
 'The revision of a document that answers: the latest projected for recall, else the latest '
 'registered.';
 
+create or replace function donto._extension_fault(p_base bigint, body text, turns jsonb)
+returns text
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Why BODY with its turn table TURNS (as donto.record_turns takes it) is not a longer
+version of revision P_BASE, or null when it is: BODY starts with the old body and is
+longer, the old turns are the first TURNS unchanged, and the other TURNS start after
+the old body. The one test of an append: donto.extend_revision refuses with this
+reason, and the loaders append rather than load anew when it is null.
+*/
+declare
+    v_base donto.revision;
+    v_chars integer := pg_catalog.char_length(body);
+    v_n integer;
+    v_bad integer;
+    v_lo integer := 0;
+    v_hi integer;
+    v_mid integer;
+begin
+    select r.* into strict v_base from donto.revision as r where r.revision_id = p_base;
+    if v_chars <= v_base.body_chars
+       or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
+        -- The first character where they differ (binary search on prefixes).
+        v_hi := least(v_chars, v_base.body_chars);
+        while v_lo < v_hi loop
+            v_mid := (v_lo + v_hi + 1) / 2;
+            if pg_catalog.left(body, v_mid) = pg_catalog.left(v_base.body, v_mid) then
+                v_lo := v_mid;
+            else
+                v_hi := v_mid - 1;
+            end if;
+        end loop;
+        return pg_catalog.format(
+            'the new body does not extend revision %s (%s chars; the new body has %s, and '
+            'differs from it at char %s)', p_base, v_base.body_chars, v_chars, v_lo);
+    end if;
+    if turns is null or pg_catalog.jsonb_typeof(turns) <> 'array' then
+        return 'turns must be a JSON array';
+    end if;
+
+    select pg_catalog.count(*)::integer into v_n from donto.turn as o
+    where o.revision_id = p_base;
+    select o.seq into v_bad
+    from donto.turn as o
+    left join donto._turn_rows(turns) as t on o.seq = t.seq
+    where o.revision_id = p_base
+          and (t.seq is null
+               or (o.turn_id, o.role, o.session, o.exchange, o.time_anchor, o.header_start,
+                   o.char_start, o.char_end)
+               is distinct from (t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
+                                 t.header_start, t.char_start, t.char_end))
+    order by o.seq limit 1;
+    if v_bad is not null then
+        return pg_catalog.format('turn seq %s of revision %s differs in the new turn table '
+                                 '(the old turns must be its prefix)', v_bad, p_base);
+    end if;
+    select t.seq into v_bad from donto._turn_rows(turns) as t
+    where t.seq >= v_n and t.header_start < v_base.body_chars
+    order by t.seq limit 1;
+    if v_bad is not null then
+        return pg_catalog.format('new turn seq %s starts inside the old body (%s chars)',
+                                 v_bad, v_base.body_chars);
+    end if;
+    return null;
+end;
+$$;
+
+comment on function donto._extension_fault(bigint, text, jsonb) is
+'Why a body and turn table do not extend a revision (null when they do): the one test of an '
+'append, used by donto.extend_revision and the loaders.';
+
 create or replace function donto.extend_revision(
     document_iri text, body text, turns jsonb, meta jsonb default '{}'
 )
@@ -5635,20 +5710,17 @@ window and its vectors, supersedes the old last window), every extraction
 projection is re-segmented from its last session (donto.project_extraction).
 Returns the new revision id. Idempotent: the same body again returns the same
 revision and changes nothing.
-Refused with SQLSTATE 22023 when the document is unknown, when BODY does not
-extend its latest revision (it must start with the old body and be longer), or
-when the old turns are not a prefix of TURNS.
+Refused with SQLSTATE 22023, before anything is registered, when the document is
+unknown or when BODY and TURNS do not extend its latest revision (the reason is
+donto._extension_fault's: BODY must start with the old body and be longer, the old
+turns must be the first TURNS, the new ones must start after the old body).
 */
 declare
     v_doc bigint;
     v_sha bytea := pg_catalog.sha256(pg_catalog.convert_to(body, 'UTF8'));
-    v_base donto.revision;
+    v_base bigint;
     v_rev bigint;
-    v_bad integer;
-    v_n integer;
-    v_lo integer;
-    v_hi integer;
-    v_mid integer;
+    v_fault text;
     v_extends bigint;
 begin
     if body is null or body = '' then
@@ -5674,61 +5746,21 @@ begin
         return v_rev;
     end if;
 
-    select r.* into v_base from donto.revision as r
-    where r.revision_id = donto._latest_revision(v_doc);
-    if pg_catalog.char_length(body) <= v_base.body_chars
-       or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
-        -- The first character where they differ (binary search on prefixes).
-        v_lo := 0;
-        v_hi := least(pg_catalog.char_length(body), v_base.body_chars);
-        while v_lo < v_hi loop
-            v_mid := (v_lo + v_hi + 1) / 2;
-            if pg_catalog.left(body, v_mid) = pg_catalog.left(v_base.body, v_mid) then
-                v_lo := v_mid;
-            else
-                v_hi := v_mid - 1;
-            end if;
-        end loop;
-        v_bad := v_lo;
-        raise exception 'donto.extend_revision: the new body does not extend the latest '
-            'revision % of % (% chars; the new body has %, and differs from it at char %)',
-            v_base.revision_id, document_iri, v_base.body_chars,
-            pg_catalog.char_length(body), v_bad
+    -- Checked before anything is registered.
+    v_base := donto._latest_revision(v_doc);
+    v_fault := donto._extension_fault(v_base, body, turns);
+    if v_fault is not null then
+        raise exception 'donto.extend_revision: document %: %', document_iri, v_fault
             using errcode = '22023',
                   hint = 'A changed conversation is a new revision: donto.register_revision.';
     end if;
 
     v_rev := donto.register_revision(document_iri, body, meta);
     insert into donto.revision_extension (revision_id, extends_revision_id, prefix_chars)
-    values (v_rev, v_base.revision_id, v_base.body_chars);
+    select v_rev, r.revision_id, r.body_chars from donto.revision as r
+    where r.revision_id = v_base;
     perform donto.record_turns(v_rev, turns);
-
-    select pg_catalog.count(*)::integer into v_n from donto.turn as t
-    where t.revision_id = v_base.revision_id;
-    select o.seq into v_bad
-    from donto.turn as o
-    left join donto.turn as t on t.revision_id = v_rev and o.seq = t.seq
-    where o.revision_id = v_base.revision_id
-          and (t.seq is null
-               or (o.turn_id, o.role, o.session, o.exchange, o.time_anchor, o.header_start,
-                   o.char_start, o.char_end)
-               is distinct from (t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
-                                 t.header_start, t.char_start, t.char_end))
-    order by o.seq limit 1;
-    if v_bad is not null then
-        raise exception 'donto.extend_revision: turn seq % of revision % differs in the new '
-            'turn table (the old turns must be its prefix)', v_bad, v_base.revision_id
-            using errcode = '22023';
-    end if;
-    select t.seq into v_bad from donto.turn as t
-    where t.revision_id = v_rev and t.seq >= v_n and t.header_start < v_base.body_chars
-    order by t.seq limit 1;
-    if v_bad is not null then
-        raise exception 'donto.extend_revision: new turn seq % starts inside the old body '
-            '(% chars)', v_bad, v_base.body_chars using errcode = '22023';
-    end if;
-
-    perform donto._extend_projections(v_base.revision_id, v_rev);
+    perform donto._extend_projections(v_base, v_rev);
     return v_rev;
 end;
 $$;

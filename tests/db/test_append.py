@@ -205,6 +205,23 @@ def test_append_is_idempotent_and_refuses_what_does_not_extend(db, connect):
                    (IRI, longer, json.dumps(more)))
     db.rollback()
     assert counts(db) == snap
+    # one test of an append (donto._extension_fault) for the function and the loaders
+    same = [dict(t, date=t["time_anchor"]) for t in json.loads(turns2)]
+    inside = same + [dict(more[-1], header_start=len(body2) - 1)]
+    fault = {name: db.execute("select donto._extension_fault(%s, %s, %s::jsonb)",
+                              (rev2, b, json.dumps(t))).fetchone()[0]
+             for name, b, t in [("ok", longer, same + more[-1:]),
+                                ("changed", changed, same),
+                                ("old turn", longer, more),
+                                ("inside", longer, inside)]}
+    db.commit()
+    assert fault["ok"] is None
+    assert fault["changed"].startswith(f"the new body does not extend revision {rev2} ")
+    assert fault["old turn"].startswith(f"turn seq 0 of revision {rev2} differs")
+    assert fault["inside"].startswith(f"new turn seq {len(more) - 1} starts inside the old")
+    assert loader.extends_latest(db, IRI, longer, same + more[-1:])
+    assert not loader.extends_latest(db, IRI, longer, more)
+    db.commit()
 
     # appending within one session: user turn with defaults (turn id, session, exchange)
     rev3 = loader.append_turns(db, IRI, [{"role": "user", "content": "One more question."},
