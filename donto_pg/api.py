@@ -98,6 +98,19 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
+_IRI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:.")
+
+
+def _iri(value: Any) -> str:
+    """A document IRI as donto.register_revision takes a new one: it starts with a scheme
+    (``chat:``, ``file:``), which keeps the context names made from it one-to-one."""
+    iri = _text(value, "the document IRI")
+    if not _IRI.match(iri):
+        raise InputError(f"{iri!r} is not an IRI: it must start with a scheme",
+                         fix="name the document like chat:alice/1 or file:/path/to/chat.json")
+    return iri
+
+
 def _meta(meta: Mapping[str, Any] | None, source: str) -> str:
     """META (with SOURCE) as JSON text the database can store, or an InputError."""
     if meta is not None and not isinstance(meta, Mapping):
@@ -194,7 +207,7 @@ def add_conversation(conn: psycopg.Connection, messages: Sequence[Mapping[str, A
     ``donto-pg embed``). Idempotent: the same messages give the same revision and add
     nothing. Raises :class:`~donto_pg.errors.InputError` on a malformed message.
     """
-    conv = conversation(messages, _text(document_iri, "the document IRI"))
+    conv = conversation(messages, _iri(document_iri))
     meta_json = _meta(meta, "api")
     if embed:  # an unknown model fails here, before anything is stored
         from donto_pg.embed import register_model
@@ -223,7 +236,7 @@ def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: b
     ``donto.project_extraction`` says so. To extract from a document, give it to
     :func:`add_conversation` as messages (one per paragraph, say).
     """
-    _text(document_iri, "the document IRI")
+    _iri(document_iri)
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"{document_iri}: the text is empty")
     loader.check_body(text, document_iri)

@@ -322,7 +322,8 @@ def add(
         help="A chat log (.json: a list of {role, content, timestamp?, session?} messages or "
              "an object with 'messages'; .jsonl: one message per line) or a plain text file.")],
     document: Annotated[str | None, typer.Option(
-        "--document", "-d", help="Document IRI [default: file:<absolute path of FILE>]. "
+        "--document", "-d", help="Document IRI, starting with a scheme such as chat: "
+                                 "[default: file:<absolute path of FILE>]. "
                                  "A changed text of the same document supersedes the old "
                                  "one in recall.")] = None,
     text: Annotated[bool, typer.Option(

@@ -242,8 +242,7 @@ def summarize_sessions(
     for rev in revisions:
         sessions = conn.execute(
             "select s.session, s.first_date::text, s.last_date::text, "
-            "(select x.statement_id from donto.x_session_summary as x where x.revision_id = "
-            " s.revision_id and x.session = s.session and x.summarizer = %s) "
+            "donto.own_session_summary(s.revision_id, s.session, %s) "
             "from donto.session_span as s where s.revision_id = %s order by s.session",
             (summarizer, rev)).fetchall()
         conn.commit()

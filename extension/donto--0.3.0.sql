@@ -1114,6 +1114,69 @@ comment on column donto.revision.backend_pid is
 
 insert into donto.migration (name, sha256) values ('025-revision-provenance.sql', '123ffe9a1b7796be818f2a1fc0b2f64608fc93414a4b44b412b27f8e1b745e72');
 
+-- migrations/026-writer-provenance.sql
+-- 026: every row a session files on anyone's data says who filed it, as a revision (025)
+-- and a retraction (015) do: the login role, the role the session had SET and the backend
+-- pid, filled by column defaults on the server, never from arguments. Statements (recall
+-- chunks, claims, standing statements, session summaries, quality vectors), projections,
+-- extraction runs and A/B gates and results. Documents are not owned per role: a writer
+-- may add to anyone's conversation, and what it adds now names the writer, not the
+-- login that registered the revision. Rows stored before 026 keep null.
+
+-- Defaults set apart from ADD COLUMN, so that the rows stored before stay null.
+do $$
+declare
+    v_table text;
+begin
+    foreach v_table in array array['statement', 'projection', 'extraction_run', 'ab_gate',
+                                   'ab_result'] loop
+        execute pg_catalog.format(
+            'alter table donto.%I add column login_role text', v_table
+        );
+        execute pg_catalog.format(
+            'alter table donto.%I alter column login_role set default session_user', v_table
+        );
+        execute pg_catalog.format(
+            'alter table donto.%I add column session_role text', v_table
+        );
+        execute pg_catalog.format(
+            'alter table donto.%I alter column session_role '
+            'set default nullif(pg_catalog.current_setting(''role''), ''none'')', v_table
+        );
+        execute pg_catalog.format(
+            'alter table donto.%I add column backend_pid integer', v_table
+        );
+        execute pg_catalog.format(
+            'alter table donto.%I alter column backend_pid '
+            'set default pg_catalog.pg_backend_pid()', v_table
+        );
+        execute pg_catalog.format(
+            'comment on column donto.%I.login_role is %L', v_table,
+            'The login role of the session that filed the row (session_user; null before '
+            '026).'
+        );
+        execute pg_catalog.format(
+            'comment on column donto.%I.session_role is %L', v_table,
+            'The role that session had SET when it filed the row (null: none, or before '
+            '026).'
+        );
+        execute pg_catalog.format(
+            'comment on column donto.%I.backend_pid is %L', v_table,
+            'The backend pid of the session that filed the row (null before 026).'
+        );
+    end loop;
+end;
+$$;
+
+-- A session summary is this login's per (revision, session, summarizer), unless retracted
+-- (donto.own_session_summary; donto.record_session_summary serializes per revision): a
+-- writer's summary under the tool's own name no longer stops the owner's.
+alter table donto.x_session_summary
+drop constraint x_session_summary_revision_id_session_summarizer_key;
+
+
+insert into donto.migration (name, sha256) values ('026-writer-provenance.sql', 'edd256095f3949f8291f28b1fabbb5b08c50f3b42e68d03455a88576102d4f65');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1198,7 +1261,8 @@ Content-addressed within the document: the id is that of SHA-256(body) among the
 document's revisions; registering the same body again (also concurrently) returns the
 existing id. The same body under another document is that document's own revision (a
 public text registered first by somebody else blocks nobody). A different body for the
-same document is a new revision that supersedes the previous one.
+same document is a new revision that supersedes the previous one. A new document's
+IRI must start with a scheme (chat:, file:, ...; 22023 otherwise).
 */
 declare
     v_doc bigint;
@@ -1222,6 +1286,16 @@ begin
         return v_rev;
     end if;
 
+    -- A new document's IRI starts with a scheme (RFC 3986: a letter, then letters,
+    -- digits, + - .), so that the contexts named after it (<scheme>/<rest>, the first
+    -- ':' made '/') are its own: 'beam/100K/1' or 'beam/100K:1' would name those of
+    -- beam:100K/1. Documents registered before keep their IRIs.
+    if not exists (select 1 from donto.document as d where d.iri = document_iri)
+       and document_iri !~ '^[A-Za-z][A-Za-z0-9+.-]*:.' then
+        raise exception 'donto.register_revision: % is not an IRI (it must start with a '
+            'scheme, such as chat: or file:)', pg_catalog.quote_literal(document_iri)
+            using errcode = '22023', hint = 'For example chat:alice/1.';
+    end if;
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;
     select d.document_id into strict v_doc from donto.document as d where d.iri = document_iri;
     -- One writer per document at a time, so "supersedes" is well defined.
@@ -1284,14 +1358,17 @@ Record the turn table of a revision from a JSON array of
 {seq, turn_id, role, session, exchange, date, header_start, char_start, char_end, meta}.
 Spans must lie inside the body, in order and without overlap; seq runs 0..n-1.
 Idempotent: recording the same table again returns its size; a different one is refused.
+Only the login that registered the revision (donto._acts_for) records a new table (42501).
 */
 declare
     v_len integer;
     v_n integer;
     v_have integer;
     v_bad text;
+    v_login text;
 begin
-    select r.body_chars into v_len from donto.revision as r where r.revision_id = p_revision_id;
+    select r.body_chars, r.login_role into v_len, v_login
+    from donto.revision as r where r.revision_id = p_revision_id;
     if not found then
         raise exception 'donto.record_turns: no revision %', p_revision_id using errcode = '22023';
     end if;
@@ -1354,6 +1431,14 @@ begin
         end if;
         raise exception 'donto.record_turns: revision % already has a different turn table',
             p_revision_id using errcode = '23505';
+    end if;
+    -- Who said what is part of what a revision says: only the login that registered it
+    -- (or, for the owner's revisions, the owner) gives it its turn table. A writer who
+    -- would say it otherwise registers a changed text, which names the writer.
+    if not donto._acts_for(v_login) then
+        raise exception 'donto.record_turns: revision % was registered by %, not by this '
+            'login (%): its turn table is theirs to record', p_revision_id,
+            coalesce(v_login, 'the schema''s owner'), session_user using errcode = '42501';
     end if;
 
     insert into donto.turn (revision_id, seq, turn_id, role, session, exchange, time_anchor,
@@ -2206,6 +2291,51 @@ SET or PGOPTIONS cannot lower their bounds.
         (select n.nspowner from pg_catalog.pg_namespace as n where n.nspname = 'donto'),
         'MEMBER'
     );
+$$;
+
+create or replace function donto._acts_for(p_login text)
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether this session may add to what login P_LOGIN started (an extraction run, an A/B
+gate), filed (a session summary) or registered (a revision's turn table): it is that
+login, or this session is the schema's owner's (a member of it) and P_LOGIN is too. A
+row of no known login counts as the owner's: null (filed before the table recorded
+logins) or a login that is no role of this server (a dump restored from another, where
+the owner had another name; or a dropped role). So a writer's session never adds to the
+owner's runs, gates or summaries, nor the owner's to a writer's, nor one writer's to
+another's.
+*/
+    select p_login = session_user
+           or (donto._session_owns_schema()
+               and not exists (
+                   select 1 from pg_catalog.pg_roles as r
+                   where r.rolname = p_login
+                         and not pg_catalog.pg_has_role(
+                             r.oid,
+                             (select n.nspowner from pg_catalog.pg_namespace as n
+                              where n.nspname = 'donto'),
+                             'MEMBER')));
+$$;
+
+create or replace function donto._scoped_key(p_key text)
+returns text
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+P_KEY as this session's login files it: unchanged for the schema's owner, else with
+the login appended. The keys that make a call idempotent (an extraction run's run_key,
+an A/B gate's gate_key) are computable by anyone from public settings; scoped, a
+writer's call never finds (or takes first) the owner's row, and the owner's never a
+writer's.
+*/
+    select case when donto._session_owns_schema() then p_key
+                else p_key || ' login=' || session_user end;
 $$;
 
 create or replace function donto._index_exact_max()
@@ -4091,7 +4221,9 @@ projection B PARAMS and an optional RUN_NAME. The run key is (the set of models,
 templates, params, name): the same key resumes the run, with a 'resumed' event
 naming this session's providers (endpoints may change between sessions);
 otherwise a new run starts with a 'started' event. A run whose providers are all
-'baseline' is labelled as the offline baseline.
+'baseline' is labelled as the offline baseline. The key is this login's
+(donto._scoped_key): the run records its login, and only sessions of that login (or,
+for the owner's runs, of the owner) add responses or events to it.
 */
 #variable_conflict use_column
 declare
@@ -4165,6 +4297,8 @@ begin
         pg_catalog.jsonb_build_object('models', v_models, 'templates', v_templates,
                                       'params', v_params, 'name', run_name)::text,
         'UTF8')), 'hex');
+    -- Scoped by login: a writer's run never resumes the owner's, nor the owner's a writer's.
+    v_key := donto._scoped_key(v_key);
     perform pg_catalog.pg_advisory_xact_lock(2062, pg_catalog.hashtext(v_key));
 
     select r.run_id into v_run from donto.extraction_run as r where r.run_key = v_key;
@@ -4191,6 +4325,38 @@ comment on function donto.start_extraction_run(jsonb, jsonb, jsonb, text) is
 'Start or resume (same models, templates, params and name = same run_key) an extraction '
 'run; returns its id and whether it was resumed.';
 
+create or replace function donto._check_run(p_run bigint, p_function text)
+returns void
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse run P_RUN to P_FUNCTION unless it exists (22023) and this session may add to it
+(donto._acts_for its login; 42501): a writer cannot file responses, claims or events
+under the owner's run (or another writer's), which the owner's next donto-pg extract
+would resume and skip.
+*/
+declare
+    v_login text;
+begin
+    select r.login_role into v_login from donto.extraction_run as r where r.run_id = p_run;
+    if not found then
+        raise exception '%: no run %', p_function, p_run using errcode = '22023';
+    end if;
+    if not donto._acts_for(v_login) then
+        raise exception '%: run % was started by %, not by this login (%)', p_function,
+            p_run, coalesce(v_login, 'the schema''s owner'), session_user
+            using errcode = '42501',
+                  hint = 'donto.start_extraction_run starts (or resumes) this login''s run.';
+    end if;
+end;
+$$;
+
+comment on function donto._check_run(bigint, text) is
+'Refuse a run that does not exist (22023) or that this session''s login may not add to '
+'(42501).';
+
 create or replace function donto.record_extraction_event(
     run_id bigint, event text, detail jsonb default '{}'
 )
@@ -4205,9 +4371,7 @@ declare
     v_run bigint := $1;
     v_id bigint;
 begin
-    if not exists (select 1 from donto.extraction_run as r where r.run_id = v_run) then
-        raise exception 'donto.record_extraction_event: no run %', v_run using errcode = '22023';
-    end if;
+    perform donto._check_run(v_run, 'donto.record_extraction_event');
     insert into donto.extraction_run_event (run_id, event, detail)
     values (v_run, $2, coalesce($3, '{}'))
     returning event_id into v_id;
@@ -4374,9 +4538,7 @@ begin
     if not found then
         raise exception 'donto.ingest_extraction: no block %', v_block using errcode = '22023';
     end if;
-    if not exists (select 1 from donto.extraction_run as r where r.run_id = v_run) then
-        raise exception 'donto.ingest_extraction: no run %', v_run using errcode = '22023';
-    end if;
+    perform donto._check_run(v_run, 'donto.ingest_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
 
     select x.summary, x.response into v_summary, v_prev
@@ -4798,7 +4960,10 @@ select  -- noqa: ST06
     rt.tx_from as retracted_at,
     rt.login_role as retracted_by,
     rt.session_role as retracted_as,
-    rt.backend_pid as retracted_pid
+    rt.backend_pid as retracted_pid,
+    s.login_role as filed_by,
+    s.session_role as filed_as,
+    s.backend_pid as filed_pid
 from donto.x_claim as c
 inner join donto.statement as s on c.statement_id = s.statement_id
 inner join donto.extraction_block as b on c.block_id = b.block_id
@@ -4815,9 +4980,9 @@ comment on view donto.claim_provenance is
 'Every extracted claim with the exact evidence text (taken from the revision by character '
 'offsets), '
 'anchoring method and score, block, revision, document, run, model, prompt version, '
-'transaction time, the overlapping recall chunks, and why, when and by whom it is retracted '
-'(an unanchored claim or one from an injected response is stored retracted: never a current '
-'fact).';
+'transaction time, the overlapping recall chunks, who filed it, and why, when and by whom '
+'it is retracted (an unanchored claim or one from an injected response is stored '
+'retracted: never a current fact).';
 
 
 -- sql/071-claims-as-of.sql
@@ -4874,7 +5039,10 @@ not show).
         null::timestamptz as retracted_at,
         null::text as retracted_by,
         null::text as retracted_as,
-        null::integer as retracted_pid
+        null::integer as retracted_pid,
+        c.filed_by,
+        c.filed_as,
+        c.filed_pid
     from donto.claim_provenance as c
     inner join donto.statements_as_of(tx, valid) as s on c.claim_id = s.statement_id;
 $$;
@@ -5439,6 +5607,36 @@ is
 
 -- -- gates, results, verdicts ------------------------------------------------------------
 
+create or replace function donto._check_gate(p_gate bigint, p_function text)
+returns void
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse gate P_GATE to P_FUNCTION unless it exists (22023) and this session may add to
+it (donto._acts_for its login; 42501): nobody records the baseline or an arm's result
+of another login's gate, so no writer decides the owner's A/B verdict.
+*/
+declare
+    v_login text;
+begin
+    select g.login_role into v_login from donto.ab_gate as g where g.gate_id = p_gate;
+    if not found then
+        raise exception '%: no gate %', p_function, p_gate using errcode = '22023';
+    end if;
+    if not donto._acts_for(v_login) then
+        raise exception '%: gate % was recorded by %, not by this login (%)', p_function,
+            p_gate, coalesce(v_login, 'the schema''s owner'), session_user
+            using errcode = '42501';
+    end if;
+end;
+$$;
+
+comment on function donto._check_gate(bigint, text) is
+'Refuse an A/B gate that does not exist (22023) or that this session''s login may not add '
+'to (42501).';
+
 create or replace function donto.ab_record_gate(
     p_gate_key text, p_revisions bigint[], p_holdout jsonb, p_k integer, p_model_id integer,
     p_recall_arm text, p_questions integer
@@ -5449,16 +5647,21 @@ volatile
 security definer
 set search_path to pg_catalog, pg_temp
 as $$
-/* Record an A/B holdout (gate); an existing gate_key returns its id. */
+/*
+Record an A/B holdout (gate); an existing gate_key returns its id. The key is this
+login's (donto._scoped_key): a writer's gate is never the owner's, and only sessions of
+the gate's login record its baseline and results (donto._check_gate).
+*/
 declare
+    v_key text := donto._scoped_key(p_gate_key);
     v_id bigint;
 begin
     insert into donto.ab_gate (gate_key, revisions, holdout, k, model_id, recall_arm, questions)
-    values (p_gate_key, p_revisions, p_holdout, p_k, p_model_id, p_recall_arm, p_questions)
+    values (v_key, p_revisions, p_holdout, p_k, p_model_id, p_recall_arm, p_questions)
     on conflict (gate_key) do nothing
     returning gate_id into v_id;
     if v_id is null then
-        select g.gate_id into strict v_id from donto.ab_gate as g where g.gate_key = p_gate_key;
+        select g.gate_id into strict v_id from donto.ab_gate as g where g.gate_key = v_key;
     end if;
     return v_id;
 end;
@@ -5480,6 +5683,7 @@ as $$
 declare
     v_id bigint;
 begin
+    perform donto._check_gate(p_gate_id, 'donto.ab_record_baseline');
     insert into donto.ab_baseline (gate_id, hit, measure)
     values (p_gate_id, (p_measure ->> 'hit')::float8, p_measure)
     on conflict (gate_id) do nothing
@@ -5511,6 +5715,10 @@ declare
     v_arm bigint;
     v_id bigint;
 begin
+    perform donto._check_gate(p_gate_id, 'donto.ab_record_result');
+    if p_run_id is not null then
+        perform donto._check_run(p_run_id, 'donto.ab_record_result');
+    end if;
     select a.arm_id into v_arm from donto.ab_arm as a where a.name = p_arm;
     if not found then
         raise exception 'donto.ab_record_result: no arm %', p_arm using errcode = '22023';
@@ -5767,6 +5975,33 @@ comment on view donto.session_span is
 'Sessions (BEAM batches) of every revision: first/last turn, turn count, char span from the '
 'first turn''s header to the last turn''s end, and dates.';
 
+create or replace function donto.own_session_summary(
+    p_revision_id bigint, p_session integer, p_summarizer text
+)
+returns bigint
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The summary of session P_SESSION of revision P_REVISION_ID by P_SUMMARIZER that this
+session's login filed (donto._acts_for: the login itself, or the schema's owner for the
+owner's sessions) and nobody retracted, or null. A summary another login filed under
+the same name is not this login's: donto-pg summarize makes its own beside it.
+*/
+    select pg_catalog.min(x.statement_id)
+    from donto.x_session_summary as x
+    inner join donto.statement as s on x.statement_id = s.statement_id
+    where x.revision_id = p_revision_id and x.session = p_session
+          and x.summarizer = p_summarizer and donto._acts_for(s.login_role)
+          and not exists (select 1 from donto.retraction as r
+                          where r.statement_id = x.statement_id);
+$$;
+
+comment on function donto.own_session_summary(bigint, integer, text) is
+'This login''s current summary of a session by a summarizer (null: none), as '
+'donto.record_session_summary and donto-pg summarize find it.';
+
 create or replace function donto.record_session_summary(
     p_revision_id bigint,
     p_session integer,
@@ -5786,8 +6021,10 @@ Record the summary of one session of a revision as a coarse recall key: a
 mem:summary/session statement in ctx:memory/summary/<document> whose span is the
 session's turns (object_lit {v: text, method, summarizer, session, meta}, valid time
 from the session's dates), with its donto.x_session_summary row. METHOD is
-'extractive' or 'abstractive'. Idempotent per (revision, session, summarizer):
-the first summary stays and its id is returned.
+'extractive' or 'abstractive'. Idempotent per (revision, session, summarizer) and
+login (donto._acts_for): the first summary this login filed stays, unless retracted,
+and its id is returned; a summary another login filed under the same summarizer name
+is not this login's (the statement names who filed it).
 */
 declare
     v_span record;
@@ -5811,10 +6048,8 @@ begin
             p_revision_id, p_session using errcode = '22023';
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2072, p_revision_id::integer);
-    select x.statement_id into v_sid from donto.x_session_summary as x
-    where x.revision_id = p_revision_id and x.session = p_session
-          and x.summarizer = p_summarizer;
-    if found then
+    v_sid := donto.own_session_summary(p_revision_id, p_session, p_summarizer);
+    if v_sid is not null then
         return v_sid;
     end if;
     select r.document_id, d.iri into v_doc, v_iri
@@ -8885,6 +9120,25 @@ comment on column donto.claim_provenance.retracted_as is
 comment on column donto.claim_provenance.retracted_pid is
 'The backend pid of the retracting session.';
 
+comment on column donto.claim_provenance.filed_by is
+'The login role of the session that filed the claim (its extraction run''s login; null '
+'before migration 026).';
+
+comment on column donto.claim_provenance.filed_as is
+'The role that session had SET (null: none, or before 026).';
+
+comment on column donto.claim_provenance.filed_pid is
+'The backend pid of the session that filed the claim (null before 026).';
+
+comment on column donto.statement_current.login_role is
+'The login role of the session that filed the statement (null before migration 026).';
+
+comment on column donto.statement_current.session_role is
+'The role that session had SET (null: none, or before 026).';
+
+comment on column donto.statement_current.backend_pid is
+'The backend pid of the session that filed the statement (null before 026).';
+
 comment on column donto.ab_report.revisions is
 'Holdout revisions.';
 comment on column donto.ab_report.k is
@@ -8979,6 +9233,15 @@ comment on column donto.embedding_cache.trusted is
 comment on function donto._session_owns_schema() is
 'Whether the session''s login role (session_user) is a member of the owner of schema donto: '
 'the owner''s own session settings count as they are, a writer''s may only raise a bound.';
+
+comment on function donto._acts_for(text) is
+'Whether this session may add to a run, gate, summary or turn table of login P_LOGIN: it is '
+'that login, or both are members of the schema''s owner (null, or no role of this server, '
+'counts as the owner).';
+
+comment on function donto._scoped_key(text) is
+'An idempotency key as this session''s login files it: unchanged for the schema''s owner, '
+'else with the login appended.';
 
 
 -- sql/098-dump.sql

@@ -30,7 +30,8 @@ Content-addressed within the document: the id is that of SHA-256(body) among the
 document's revisions; registering the same body again (also concurrently) returns the
 existing id. The same body under another document is that document's own revision (a
 public text registered first by somebody else blocks nobody). A different body for the
-same document is a new revision that supersedes the previous one.
+same document is a new revision that supersedes the previous one. A new document's
+IRI must start with a scheme (chat:, file:, ...; 22023 otherwise).
 */
 declare
     v_doc bigint;
@@ -54,6 +55,16 @@ begin
         return v_rev;
     end if;
 
+    -- A new document's IRI starts with a scheme (RFC 3986: a letter, then letters,
+    -- digits, + - .), so that the contexts named after it (<scheme>/<rest>, the first
+    -- ':' made '/') are its own: 'beam/100K/1' or 'beam/100K:1' would name those of
+    -- beam:100K/1. Documents registered before keep their IRIs.
+    if not exists (select 1 from donto.document as d where d.iri = document_iri)
+       and document_iri !~ '^[A-Za-z][A-Za-z0-9+.-]*:.' then
+        raise exception 'donto.register_revision: % is not an IRI (it must start with a '
+            'scheme, such as chat: or file:)', pg_catalog.quote_literal(document_iri)
+            using errcode = '22023', hint = 'For example chat:alice/1.';
+    end if;
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;
     select d.document_id into strict v_doc from donto.document as d where d.iri = document_iri;
     -- One writer per document at a time, so "supersedes" is well defined.
@@ -116,14 +127,17 @@ Record the turn table of a revision from a JSON array of
 {seq, turn_id, role, session, exchange, date, header_start, char_start, char_end, meta}.
 Spans must lie inside the body, in order and without overlap; seq runs 0..n-1.
 Idempotent: recording the same table again returns its size; a different one is refused.
+Only the login that registered the revision (donto._acts_for) records a new table (42501).
 */
 declare
     v_len integer;
     v_n integer;
     v_have integer;
     v_bad text;
+    v_login text;
 begin
-    select r.body_chars into v_len from donto.revision as r where r.revision_id = p_revision_id;
+    select r.body_chars, r.login_role into v_len, v_login
+    from donto.revision as r where r.revision_id = p_revision_id;
     if not found then
         raise exception 'donto.record_turns: no revision %', p_revision_id using errcode = '22023';
     end if;
@@ -186,6 +200,14 @@ begin
         end if;
         raise exception 'donto.record_turns: revision % already has a different turn table',
             p_revision_id using errcode = '23505';
+    end if;
+    -- Who said what is part of what a revision says: only the login that registered it
+    -- (or, for the owner's revisions, the owner) gives it its turn table. A writer who
+    -- would say it otherwise registers a changed text, which names the writer.
+    if not donto._acts_for(v_login) then
+        raise exception 'donto.record_turns: revision % was registered by %, not by this '
+            'login (%): its turn table is theirs to record', p_revision_id,
+            coalesce(v_login, 'the schema''s owner'), session_user using errcode = '42501';
     end if;
 
     insert into donto.turn (revision_id, seq, turn_id, role, session, exchange, time_anchor,

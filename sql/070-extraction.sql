@@ -481,7 +481,9 @@ projection B PARAMS and an optional RUN_NAME. The run key is (the set of models,
 templates, params, name): the same key resumes the run, with a 'resumed' event
 naming this session's providers (endpoints may change between sessions);
 otherwise a new run starts with a 'started' event. A run whose providers are all
-'baseline' is labelled as the offline baseline.
+'baseline' is labelled as the offline baseline. The key is this login's
+(donto._scoped_key): the run records its login, and only sessions of that login (or,
+for the owner's runs, of the owner) add responses or events to it.
 */
 #variable_conflict use_column
 declare
@@ -555,6 +557,8 @@ begin
         pg_catalog.jsonb_build_object('models', v_models, 'templates', v_templates,
                                       'params', v_params, 'name', run_name)::text,
         'UTF8')), 'hex');
+    -- Scoped by login: a writer's run never resumes the owner's, nor the owner's a writer's.
+    v_key := donto._scoped_key(v_key);
     perform pg_catalog.pg_advisory_xact_lock(2062, pg_catalog.hashtext(v_key));
 
     select r.run_id into v_run from donto.extraction_run as r where r.run_key = v_key;
@@ -581,6 +585,38 @@ comment on function donto.start_extraction_run(jsonb, jsonb, jsonb, text) is
 'Start or resume (same models, templates, params and name = same run_key) an extraction '
 'run; returns its id and whether it was resumed.';
 
+create or replace function donto._check_run(p_run bigint, p_function text)
+returns void
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse run P_RUN to P_FUNCTION unless it exists (22023) and this session may add to it
+(donto._acts_for its login; 42501): a writer cannot file responses, claims or events
+under the owner's run (or another writer's), which the owner's next donto-pg extract
+would resume and skip.
+*/
+declare
+    v_login text;
+begin
+    select r.login_role into v_login from donto.extraction_run as r where r.run_id = p_run;
+    if not found then
+        raise exception '%: no run %', p_function, p_run using errcode = '22023';
+    end if;
+    if not donto._acts_for(v_login) then
+        raise exception '%: run % was started by %, not by this login (%)', p_function,
+            p_run, coalesce(v_login, 'the schema''s owner'), session_user
+            using errcode = '42501',
+                  hint = 'donto.start_extraction_run starts (or resumes) this login''s run.';
+    end if;
+end;
+$$;
+
+comment on function donto._check_run(bigint, text) is
+'Refuse a run that does not exist (22023) or that this session''s login may not add to '
+'(42501).';
+
 create or replace function donto.record_extraction_event(
     run_id bigint, event text, detail jsonb default '{}'
 )
@@ -595,9 +631,7 @@ declare
     v_run bigint := $1;
     v_id bigint;
 begin
-    if not exists (select 1 from donto.extraction_run as r where r.run_id = v_run) then
-        raise exception 'donto.record_extraction_event: no run %', v_run using errcode = '22023';
-    end if;
+    perform donto._check_run(v_run, 'donto.record_extraction_event');
     insert into donto.extraction_run_event (run_id, event, detail)
     values (v_run, $2, coalesce($3, '{}'))
     returning event_id into v_id;
@@ -764,9 +798,7 @@ begin
     if not found then
         raise exception 'donto.ingest_extraction: no block %', v_block using errcode = '22023';
     end if;
-    if not exists (select 1 from donto.extraction_run as r where r.run_id = v_run) then
-        raise exception 'donto.ingest_extraction: no run %', v_run using errcode = '22023';
-    end if;
+    perform donto._check_run(v_run, 'donto.ingest_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
 
     select x.summary, x.response into v_summary, v_prev
@@ -1188,7 +1220,10 @@ select  -- noqa: ST06
     rt.tx_from as retracted_at,
     rt.login_role as retracted_by,
     rt.session_role as retracted_as,
-    rt.backend_pid as retracted_pid
+    rt.backend_pid as retracted_pid,
+    s.login_role as filed_by,
+    s.session_role as filed_as,
+    s.backend_pid as filed_pid
 from donto.x_claim as c
 inner join donto.statement as s on c.statement_id = s.statement_id
 inner join donto.extraction_block as b on c.block_id = b.block_id
@@ -1205,6 +1240,6 @@ comment on view donto.claim_provenance is
 'Every extracted claim with the exact evidence text (taken from the revision by character '
 'offsets), '
 'anchoring method and score, block, revision, document, run, model, prompt version, '
-'transaction time, the overlapping recall chunks, and why, when and by whom it is retracted '
-'(an unanchored claim or one from an injected response is stored retracted: never a current '
-'fact).';
+'transaction time, the overlapping recall chunks, who filed it, and why, when and by whom '
+'it is retracted (an unanchored claim or one from an injected response is stored '
+'retracted: never a current fact).';

@@ -51,7 +51,10 @@ not show).
         null::timestamptz as retracted_at,
         null::text as retracted_by,
         null::text as retracted_as,
-        null::integer as retracted_pid
+        null::integer as retracted_pid,
+        c.filed_by,
+        c.filed_as,
+        c.filed_pid
     from donto.claim_provenance as c
     inner join donto.statements_as_of(tx, valid) as s on c.claim_id = s.statement_id;
 $$;

@@ -38,6 +38,33 @@ comment on view donto.session_span is
 'Sessions (BEAM batches) of every revision: first/last turn, turn count, char span from the '
 'first turn''s header to the last turn''s end, and dates.';
 
+create or replace function donto.own_session_summary(
+    p_revision_id bigint, p_session integer, p_summarizer text
+)
+returns bigint
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The summary of session P_SESSION of revision P_REVISION_ID by P_SUMMARIZER that this
+session's login filed (donto._acts_for: the login itself, or the schema's owner for the
+owner's sessions) and nobody retracted, or null. A summary another login filed under
+the same name is not this login's: donto-pg summarize makes its own beside it.
+*/
+    select pg_catalog.min(x.statement_id)
+    from donto.x_session_summary as x
+    inner join donto.statement as s on x.statement_id = s.statement_id
+    where x.revision_id = p_revision_id and x.session = p_session
+          and x.summarizer = p_summarizer and donto._acts_for(s.login_role)
+          and not exists (select 1 from donto.retraction as r
+                          where r.statement_id = x.statement_id);
+$$;
+
+comment on function donto.own_session_summary(bigint, integer, text) is
+'This login''s current summary of a session by a summarizer (null: none), as '
+'donto.record_session_summary and donto-pg summarize find it.';
+
 create or replace function donto.record_session_summary(
     p_revision_id bigint,
     p_session integer,
@@ -57,8 +84,10 @@ Record the summary of one session of a revision as a coarse recall key: a
 mem:summary/session statement in ctx:memory/summary/<document> whose span is the
 session's turns (object_lit {v: text, method, summarizer, session, meta}, valid time
 from the session's dates), with its donto.x_session_summary row. METHOD is
-'extractive' or 'abstractive'. Idempotent per (revision, session, summarizer):
-the first summary stays and its id is returned.
+'extractive' or 'abstractive'. Idempotent per (revision, session, summarizer) and
+login (donto._acts_for): the first summary this login filed stays, unless retracted,
+and its id is returned; a summary another login filed under the same summarizer name
+is not this login's (the statement names who filed it).
 */
 declare
     v_span record;
@@ -82,10 +111,8 @@ begin
             p_revision_id, p_session using errcode = '22023';
     end if;
     perform pg_catalog.pg_advisory_xact_lock(2072, p_revision_id::integer);
-    select x.statement_id into v_sid from donto.x_session_summary as x
-    where x.revision_id = p_revision_id and x.session = p_session
-          and x.summarizer = p_summarizer;
-    if found then
+    v_sid := donto.own_session_summary(p_revision_id, p_session, p_summarizer);
+    if v_sid is not null then
         return v_sid;
     end if;
     select r.document_id, d.iri into v_doc, v_iri

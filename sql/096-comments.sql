@@ -601,6 +601,25 @@ comment on column donto.claim_provenance.retracted_as is
 comment on column donto.claim_provenance.retracted_pid is
 'The backend pid of the retracting session.';
 
+comment on column donto.claim_provenance.filed_by is
+'The login role of the session that filed the claim (its extraction run''s login; null '
+'before migration 026).';
+
+comment on column donto.claim_provenance.filed_as is
+'The role that session had SET (null: none, or before 026).';
+
+comment on column donto.claim_provenance.filed_pid is
+'The backend pid of the session that filed the claim (null before 026).';
+
+comment on column donto.statement_current.login_role is
+'The login role of the session that filed the statement (null before migration 026).';
+
+comment on column donto.statement_current.session_role is
+'The role that session had SET (null: none, or before 026).';
+
+comment on column donto.statement_current.backend_pid is
+'The backend pid of the session that filed the statement (null before 026).';
+
 comment on column donto.ab_report.revisions is
 'Holdout revisions.';
 comment on column donto.ab_report.k is
@@ -695,3 +714,12 @@ comment on column donto.embedding_cache.trusted is
 comment on function donto._session_owns_schema() is
 'Whether the session''s login role (session_user) is a member of the owner of schema donto: '
 'the owner''s own session settings count as they are, a writer''s may only raise a bound.';
+
+comment on function donto._acts_for(text) is
+'Whether this session may add to a run, gate, summary or turn table of login P_LOGIN: it is '
+'that login, or both are members of the schema''s owner (null, or no role of this server, '
+'counts as the owner).';
+
+comment on function donto._scoped_key(text) is
+'An idempotency key as this session''s login files it: unchanged for the schema''s owner, '
+'else with the login appended.';

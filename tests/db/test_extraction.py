@@ -920,12 +920,12 @@ def test_ingest_extraction_runs_nothing_a_caller_made(db, small, variant):
     db.execute(f"create role {role} login password 'attack' in role donto_writer")
     db.commit()
     try:
-        run = new_run(db)
         block = block_with(db, small, "Anna works")
-        before = counts(db)
         info = db.info
         with psycopg.connect(host=info.host, port=info.port, user=role, password="attack",
                              dbname=info.dbname) as me:
+            run = new_run(me)  # its own run: a writer adds to no other login's (026)
+            before = counts(db)
             assert me.execute(
                 "select array_agg(g.rolname::text), bool_or(r.rolsuper) from pg_auth_members m "
                 "join pg_roles g on g.oid = m.roleid join pg_roles r on r.oid = m.member "
