@@ -282,10 +282,18 @@ def load_beam(
         else:
             who = "" if r.conversation == "?" else f"{r.conversation}: "
             typer.secho(f"{who}FAILED: {r.error}", fg=typer.colors.RED, err=True)
+            if "missing field" in (r.error or ""):
+                typer.echo("  fix: load-beam reads BEAM's layout (chat.json: batches of "
+                           "turns); a chat log of {role, content} messages is loaded with "
+                           "`donto-pg add FILE`", err=True)
         for w in r.warnings:
             typer.echo(f"  warning: {w}", err=True)
-        for s in r.skipped:
+        shown = r.skipped if _DEBUG else r.skipped[:3]
+        for s in shown:
             typer.echo(f"  skipped: {s}", err=True)
+        if len(r.skipped) > len(shown):
+            typer.echo(f"  ... and {len(r.skipped) - len(shown)} more skipped questions "
+                       "(--json or --debug lists them all)", err=True)
 
     with connect(dsn) as conn:
         try:
@@ -302,14 +310,15 @@ def load_beam(
                                                                    else " the filters"),
                                fix="check --scale (100K, 500K, 1M, 10M) and -c against the "
                                    "directory's chats/<scale>/<id>/ layout")
-        report = None
-        if not no_embed and any(r.ok for r in results):
-            report = _embed(conn, model, context=None, progress=not as_json)
+        embedded = 0
+        if not no_embed:
+            embedded = _embed_conversations(conn, model,
+                                            [r.conversation for r in results if r.ok])
     failed = [r for r in results if not r.ok]
     summary = {"loaded": sum(r.ok for r in results), "failed": len(failed),
                "chunks": sum(r.chunks for r in results),
                "conversations": [r.as_dict() for r in results],
-               "embedded": report.embedded if report else 0}
+               "embedded": embedded}
     out(summary, as_json, f"{summary['loaded']} loaded, {summary['failed']} failed, "
         f"{summary['chunks']} chunks, {summary['embedded']} vectors added")
     if failed:
@@ -370,7 +379,8 @@ def add(
     if chat:
         data["messages"] = len(messages)
     line = f"added {iri}: revision {rev} (" + (
-        f"{len(messages)} messages" if chat else "text, recall only") + ")"
+        f"{len(messages)} message{'s' * (len(messages) != 1)}" if chat
+        else "text, recall only") + ")"
     if sup["revisions"]:
         line += (f"; it supersedes revision {', '.join(map(str, sup['revisions']))} "
                  f"({sup['statements']} chunks and standing statements retracted; recall "
@@ -389,11 +399,20 @@ def _model_name(model: str) -> str:
     return encoder.resolve(model)[0]
 
 
-def _embed(conn, model, *, context, progress, batch=16, page=1024, chunks=True):
+def _embed(conn, model, *, context, batch=16, page=1024, chunks=True):
     from donto_pg import embed as embedmod
 
     return embedmod.embed_pending(conn, model, batch=batch, page=page, context=context,
-                                  progress=progress, chunks=chunks)
+                                  progress=progress_enabled(), chunks=chunks)
+
+
+def _embed_conversations(conn, model, conversations) -> int:
+    """Embed what is pending in the recall contexts of CONVERSATIONS (BEAM ids or document
+    IRIs) only, not every pending chunk in the database; returns the vectors added."""
+    from donto_pg import loader
+
+    return sum(_embed(conn, model, context=loader.recall_context(conn, c)).embedded
+               for c in dict.fromkeys(conversations))
 
 
 @app.command()
@@ -417,8 +436,7 @@ def embed(
     condition, "when I ask about X") that has no vector for the model (resumable;
     kill-safe)."""
     with connect(dsn) as conn:
-        r = _embed(conn, model, context=context, progress=not as_json, batch=batch, page=page,
-                   chunks=not keys_only)
+        r = _embed(conn, model, context=context, batch=batch, page=page, chunks=not keys_only)
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
             "embedded": r.embedded, "encoded": r.encoded, "already": r.already,
             "seconds": round(r.seconds, 2),
@@ -460,12 +478,24 @@ def recall(
     with connect(dsn) as conn:
         if conversation:
             context = loader.recall_context(conn, conversation)
+        if context is not None and conn.execute(
+                "select 1 from donto.context where iri = %s", (context,)).fetchone() is None:
+            raise InputError(f"no context {context}",
+                             fix="name a loaded conversation: -c 100K/13 (a BEAM id with its "
+                                 "scale) or -c chat:alice/1 (a document IRI); select iri from "
+                                 "donto.document lists them")
         rows = conn.execute(
             "select statement_id, revision_id, char_start, char_end, score, valid_time::text, "
             "chunk_text, vector_rank, lexical_rank, place "
             "from donto.recall(%s::text, k => %s::integer, context => %s::text, "
             "arms => %s::text)",
             (query, k, context, arms)).fetchall()
+        if arms != "lexical" and context is not None:
+            missing, total = conn.execute(_UNEMBEDDED, (context,)).fetchone()
+            if missing:
+                typer.echo(f"note: {missing:,} of {total:,} chunks of {context} have no vector "
+                           "yet, so the vector arm does not see them: run `donto-pg embed`",
+                           err=True)
     keys = ["statement_id", "revision_id", "char_start", "char_end", "score", "valid_time",
             "text", "vector_rank", "lexical_rank", "place"]
     data = [dict(zip(keys, r, strict=True)) for r in rows]
@@ -475,10 +505,24 @@ def recall(
     for i, d in enumerate(data):
         number = f"{d['place']:2}." if i == 0 or data[i - 1]["place"] != d["place"] else "   "
         where = f"[{d['revision_id']}:{d['char_start']}-{d['char_end']}]"
+        vec, lex = (d["vector_rank"] or "-"), (d["lexical_rank"] or "-")
         how = ("standing, similarity" if d["vector_rank"] is None and d["lexical_rank"] is None
-               else f"(vec {d['vector_rank']}, lex {d['lexical_rank']}) score")
+               else f"(vec {vec}, lex {lex}) score")
         snippet = " ".join(d["text"].split())[:160]
         typer.echo(f"{number} {where} {how} {d['score']:.4f} {d['valid_time']}\n    {snippet}")
+
+
+# The recall chunks of a context that have no vector of any model (the vector arm's blind
+# spot until `donto-pg embed`), and all of them.
+_UNEMBEDDED = """
+select count(*) filter (where not exists (select 1 from donto.embedding as e
+                                          where e.statement_id = m.statement_id)),
+       count(*)
+from donto.x_memory_record as m
+join donto.projection as p on p.projection_id = m.projection_id
+join donto.context as c on c.context_id = p.context_id
+where c.iri = %s
+"""
 
 
 # -- projection B: extraction ---------------------------------------------------------------
@@ -577,15 +621,17 @@ def extract(
     with connect(url) as conn:
         _revisions(conn, revision, conversation)
 
+    live = progress_enabled()
+
     def progress(p) -> None:
-        if not as_json:
+        if live:
             typer.echo("\r" + ex.format_progress(p), nl=False, err=True)
 
     report = ex.run_extraction(lambda: dbmod.connect(url), revision_ids=revision,
                                conversations=conversation, providers=pool,
                                concurrency=concurrency, alarm_after=alarm_after, limit=limit,
                                params=_params(params), run_name=run_name, on_progress=progress)
-    if not as_json:
+    if live:
         typer.echo("", err=True)
     out(report.as_dict(), as_json, ex.format_report(report))
     if not report.ok:
@@ -641,7 +687,7 @@ def eval_recall(
             raise NothingFound(f"no conversation could be loaded from {path}",
                                fix="check the path, --scale and -c (see the lines above)")
         if set(arm_list) - {"lexical"} or summaries:
-            _embed(conn, model, context=None, progress=not as_json)
+            _embed_conversations(conn, model, convs)
         report = evaluate.eval_recall(conn, ks=k or (1, 5, 10), arms=arm_list,
                                       conversations=convs, model=model and _model_name(model))
         if summaries:

@@ -75,11 +75,14 @@ def show_load(conn: psycopg.Connection, echo: Echo, path: Path) -> loader.LoadRe
     return res
 
 
-def show_embed(conn: psycopg.Connection, echo: Echo) -> None:
+def show_embed(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult) -> None:
+    from donto_pg.cli import progress_enabled
     from donto_pg.embed import embed_pending
 
     _head(echo, "4. Embed the chunks (all-MiniLM-L6-v2, offline) into pgvector")
-    r = embed_pending(conn, progress=True)
+    # this conversation's only: the embedded database may hold other, unembedded work
+    r = embed_pending(conn, context=loader.recall_context(conn, res.conversation),
+                      progress=progress_enabled())
     echo(f"{r.embedded} new vectors ({r.already} already there) in {r.seconds:.1f}s; "
          f"HNSW index {r.index}")
 
@@ -98,19 +101,23 @@ def show_recall(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult, ds
         gold = conn.execute("select header_start, char_end, turn_id from donto.question_gold_span "
                             "where question_id = %s", (qid,)).fetchall()
         hits = conn.execute(
-            "select char_start, char_end, score, chunk_text from donto.recall(%s, k => 3, "
-            "context => %s)", (question, context)).fetchall()
+            "select place, char_start, char_end, score, chunk_text, "
+            "vector_rank is null and lexical_rank is null "
+            "from donto.recall(%s, k => 3, context => %s)", (question, context)).fetchall()
         echo(f"[{ability}] {question}")
         echo(f"  gold turns: {sorted({g[2] for g in gold})}")
-        for rank, (s, e, score, text) in enumerate(hits, 1):
+        for i, (place, s, e, score, text, standing) in enumerate(hits):
+            number = f"{place}." if i == 0 or hits[i - 1][0] != place else "  "
             hit = any(s < ge and gs < e for gs, ge, _ in gold)
-            echo(f"  {rank}. [{s}, {e}) score {score:.4f} {'HIT ' if hit else 'miss'} "
-                 f"{_short(text, 80)}")
+            mark = "standing" if standing else "HIT " if hit else "miss"
+            echo(f"  {number} [{s}, {e}) score {score:.4f} {mark} {_short(text, 80)}")
     echo("")
-    echo("The same from psql:")
+    echo("k => 3 asks for three places: a chunk is one place; the standing block (the user's")
+    echo("instructions and preferences in force that apply, 'standing') is one place however")
+    echo("many statements it holds. The same from psql:")
     q = question.replace("'", "''").replace('"', '\\"')
-    echo(f"  psql \"{dsn}\" -c \"select char_start, char_end, score, left(chunk_text, 60) "
-         f"from donto.recall('{q}', k => 3, context => '{context}')\"")
+    echo(f"  psql \"{dsn}\" -c \"select place, char_start, char_end, score, "
+         f"left(chunk_text, 60) from donto.recall('{q}', k => 3, context => '{context}')\"")
 
 
 def show_extraction(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult, dsn: str,
@@ -167,7 +174,7 @@ def run(conn: psycopg.Connection, dsn: str, echo: Echo = print, path: Path = EXA
     rev = show_revision(conn, echo, conv)
     show_i3(conn, echo, rev)
     res = show_load(conn, echo, path)
-    show_embed(conn, echo)
+    show_embed(conn, echo, res)
     show_recall(conn, echo, res, dsn)
     show_extraction(conn, echo, res, dsn, provider_config)
     return {"revision_id": rev, "chunks": res.chunks}

@@ -14,6 +14,7 @@ module may use it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -105,13 +106,19 @@ _SQLSTATE_FIX = {
 }
 
 
+# PL/Python puts the Python exception's class before the message of an error raised in
+# the server's Python (plpy.error): "plpy.Error: donto...", also twice over.
+_PLPY_PREFIX = re.compile(r"^(?:(?:plpy|spiexceptions)\.\w+: )+")
+
+
 def from_database(exc: Exception) -> DontoError:
     """A psycopg error as a DontoError, by its SQLSTATE (and connection failures)."""
     import psycopg
 
     state = getattr(exc, "sqlstate", None)
     diag = getattr(exc, "diag", None)
-    message = (diag.message_primary if diag is not None else None) or str(exc)
+    message = _PLPY_PREFIX.sub("", (diag.message_primary if diag is not None else None)
+                               or str(exc))
     hint = diag.message_hint if diag is not None else None
     if state is None and isinstance(exc, psycopg.OperationalError):
         return DatabaseError("cannot connect to the database", _first_line(str(exc)),

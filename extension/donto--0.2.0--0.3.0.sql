@@ -3800,37 +3800,43 @@ comment on function donto.start_extraction_run(jsonb, jsonb, jsonb, text) is
 'Start or resume (same models, templates, params and name = same run_key) an extraction '
 'run; returns its id and whether it was resumed.';
 
-create or replace function donto._check_run(p_run bigint, p_function text)
+create or replace function donto._check_adds_to(p_kind text, p_id bigint, p_function text)
 returns void
 language plpgsql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Refuse run P_RUN to P_FUNCTION unless it exists (22023) and this session may add to it
-(donto._acts_for its login; 42501): a writer cannot file responses, claims or events
-under the owner's run (or another writer's), which the owner's next donto-pg extract
-would resume and skip.
+Refuse to P_FUNCTION the extraction run (P_KIND 'run') or A/B gate ('gate') P_ID unless
+it exists (22023) and this session may add to it (donto._acts_for its login; 42501): a
+writer files no responses, claims or events under the owner's run (which the owner's
+next donto-pg extract would resume, skipping those blocks), nor records the baseline or
+an arm's result of the owner's gate (its A/B verdict); nor the owner a writer's.
 */
 declare
     v_login text;
 begin
-    select r.login_role into v_login from donto.extraction_run as r where r.run_id = p_run;
+    if p_kind = 'run' then
+        select r.login_role into v_login from donto.extraction_run as r where r.run_id = p_id;
+    else
+        select g.login_role into v_login from donto.ab_gate as g where g.gate_id = p_id;
+    end if;
     if not found then
-        raise exception '%: no run %', p_function, p_run using errcode = '22023';
+        raise exception '%: no % %', p_function, p_kind, p_id using errcode = '22023';
     end if;
     if not donto._acts_for(v_login) then
-        raise exception '%: run % was started by %, not by this login (%)', p_function,
-            p_run, coalesce(v_login, 'the schema''s owner'), session_user
+        raise exception '%: % % was started by %, not by this login (%)', p_function, p_kind,
+            p_id, coalesce(v_login, 'the schema''s owner'), session_user
             using errcode = '42501',
-                  hint = 'donto.start_extraction_run starts (or resumes) this login''s run.';
+                  hint = 'Start (or resume) this login''s own: donto.start_extraction_run, '
+                         'donto.ab_record_gate.';
     end if;
 end;
 $$;
 
-comment on function donto._check_run(bigint, text) is
-'Refuse a run that does not exist (22023) or that this session''s login may not add to '
-'(42501).';
+comment on function donto._check_adds_to(text, bigint, text) is
+'Refuse an extraction run or A/B gate that does not exist (22023) or that this session''s '
+'login may not add to (42501).';
 
 create or replace function donto.record_extraction_event(
     run_id bigint, event text, detail jsonb default '{}'
@@ -3846,7 +3852,7 @@ declare
     v_run bigint := $1;
     v_id bigint;
 begin
-    perform donto._check_run(v_run, 'donto.record_extraction_event');
+    perform donto._check_adds_to('run', v_run, 'donto.record_extraction_event');
     insert into donto.extraction_run_event (run_id, event, detail)
     values (v_run, $2, coalesce($3, '{}'))
     returning event_id into v_id;
@@ -4013,7 +4019,7 @@ begin
     if not found then
         raise exception 'donto.ingest_extraction: no block %', v_block using errcode = '22023';
     end if;
-    perform donto._check_run(v_run, 'donto.ingest_extraction');
+    perform donto._check_adds_to('run', v_run, 'donto.ingest_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
 
     select x.summary, x.response into v_summary, v_prev
@@ -5082,36 +5088,6 @@ is
 
 -- -- gates, results, verdicts ------------------------------------------------------------
 
-create or replace function donto._check_gate(p_gate bigint, p_function text)
-returns void
-language plpgsql
-stable
-set search_path to pg_catalog, pg_temp
-as $$
-/*
-Refuse gate P_GATE to P_FUNCTION unless it exists (22023) and this session may add to
-it (donto._acts_for its login; 42501): nobody records the baseline or an arm's result
-of another login's gate, so no writer decides the owner's A/B verdict.
-*/
-declare
-    v_login text;
-begin
-    select g.login_role into v_login from donto.ab_gate as g where g.gate_id = p_gate;
-    if not found then
-        raise exception '%: no gate %', p_function, p_gate using errcode = '22023';
-    end if;
-    if not donto._acts_for(v_login) then
-        raise exception '%: gate % was recorded by %, not by this login (%)', p_function,
-            p_gate, coalesce(v_login, 'the schema''s owner'), session_user
-            using errcode = '42501';
-    end if;
-end;
-$$;
-
-comment on function donto._check_gate(bigint, text) is
-'Refuse an A/B gate that does not exist (22023) or that this session''s login may not add '
-'to (42501).';
-
 create or replace function donto.ab_record_gate(
     p_gate_key text, p_revisions bigint[], p_holdout jsonb, p_k integer, p_model_id integer,
     p_recall_arm text, p_questions integer
@@ -5125,7 +5101,7 @@ as $$
 /*
 Record an A/B holdout (gate); an existing gate_key returns its id. The key is this
 login's (donto._scoped_key): a writer's gate is never the owner's, and only sessions of
-the gate's login record its baseline and results (donto._check_gate).
+the gate's login record its baseline and results (donto._check_adds_to).
 */
 declare
     v_key text := donto._scoped_key(p_gate_key);
@@ -5158,7 +5134,7 @@ as $$
 declare
     v_id bigint;
 begin
-    perform donto._check_gate(p_gate_id, 'donto.ab_record_baseline');
+    perform donto._check_adds_to('gate', p_gate_id, 'donto.ab_record_baseline');
     insert into donto.ab_baseline (gate_id, hit, measure)
     values (p_gate_id, (p_measure ->> 'hit')::float8, p_measure)
     on conflict (gate_id) do nothing
@@ -5190,9 +5166,9 @@ declare
     v_arm bigint;
     v_id bigint;
 begin
-    perform donto._check_gate(p_gate_id, 'donto.ab_record_result');
+    perform donto._check_adds_to('gate', p_gate_id, 'donto.ab_record_result');
     if p_run_id is not null then
-        perform donto._check_run(p_run_id, 'donto.ab_record_result');
+        perform donto._check_adds_to('run', p_run_id, 'donto.ab_record_result');
     end if;
     select a.arm_id into v_arm from donto.ab_arm as a where a.name = p_arm;
     if not found then

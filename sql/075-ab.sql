@@ -552,36 +552,6 @@ is
 
 -- -- gates, results, verdicts ------------------------------------------------------------
 
-create or replace function donto._check_gate(p_gate bigint, p_function text)
-returns void
-language plpgsql
-stable
-set search_path to pg_catalog, pg_temp
-as $$
-/*
-Refuse gate P_GATE to P_FUNCTION unless it exists (22023) and this session may add to
-it (donto._acts_for its login; 42501): nobody records the baseline or an arm's result
-of another login's gate, so no writer decides the owner's A/B verdict.
-*/
-declare
-    v_login text;
-begin
-    select g.login_role into v_login from donto.ab_gate as g where g.gate_id = p_gate;
-    if not found then
-        raise exception '%: no gate %', p_function, p_gate using errcode = '22023';
-    end if;
-    if not donto._acts_for(v_login) then
-        raise exception '%: gate % was recorded by %, not by this login (%)', p_function,
-            p_gate, coalesce(v_login, 'the schema''s owner'), session_user
-            using errcode = '42501';
-    end if;
-end;
-$$;
-
-comment on function donto._check_gate(bigint, text) is
-'Refuse an A/B gate that does not exist (22023) or that this session''s login may not add '
-'to (42501).';
-
 create or replace function donto.ab_record_gate(
     p_gate_key text, p_revisions bigint[], p_holdout jsonb, p_k integer, p_model_id integer,
     p_recall_arm text, p_questions integer
@@ -595,7 +565,7 @@ as $$
 /*
 Record an A/B holdout (gate); an existing gate_key returns its id. The key is this
 login's (donto._scoped_key): a writer's gate is never the owner's, and only sessions of
-the gate's login record its baseline and results (donto._check_gate).
+the gate's login record its baseline and results (donto._check_adds_to).
 */
 declare
     v_key text := donto._scoped_key(p_gate_key);
@@ -628,7 +598,7 @@ as $$
 declare
     v_id bigint;
 begin
-    perform donto._check_gate(p_gate_id, 'donto.ab_record_baseline');
+    perform donto._check_adds_to('gate', p_gate_id, 'donto.ab_record_baseline');
     insert into donto.ab_baseline (gate_id, hit, measure)
     values (p_gate_id, (p_measure ->> 'hit')::float8, p_measure)
     on conflict (gate_id) do nothing
@@ -660,9 +630,9 @@ declare
     v_arm bigint;
     v_id bigint;
 begin
-    perform donto._check_gate(p_gate_id, 'donto.ab_record_result');
+    perform donto._check_adds_to('gate', p_gate_id, 'donto.ab_record_result');
     if p_run_id is not null then
-        perform donto._check_run(p_run_id, 'donto.ab_record_result');
+        perform donto._check_adds_to('run', p_run_id, 'donto.ab_record_result');
     end if;
     select a.arm_id into v_arm from donto.ab_arm as a where a.name = p_arm;
     if not found then

@@ -88,5 +88,6 @@ def fixed_blocks_sql(plpy, revision_id: int, window: int) -> list[tuple]:
     body = revision_body(plpy, revision_id)
     turns = turn_rows(plpy, revision_id)
     if not turns:
-        plpy.error(f"donto._ab_fixed_blocks: revision {revision_id} has no turn table")
+        plpy.error(f"donto._ab_fixed_blocks: revision {revision_id} has no turn table",
+                   sqlstate="22023")
     return fixed_block_rows(body, turns, window)

@@ -77,7 +77,7 @@ def extraction_blocks(plpy, revision_id: int, params: str, from_turn: int = 0) -
     turns = [t for t in turn_rows(plpy, revision_id) if t["seq"] >= from_turn]
     if not turns:
         plpy.error(f"donto.project_extraction: revision {revision_id} has no turn table "
-                   "(record it with donto.record_turns)")
+                   "(record it with donto.record_turns)", sqlstate="22023")
     return block_rows(body, turns, json.loads(params))
 
 
@@ -103,11 +103,11 @@ def render_for_extraction(plpy, block_id: int, run_id: int | None) -> str:
         "where b.block_id = $1", ["bigint", "bigint"])
     rows = plpy.execute(plan, [block_id, run_id])
     if not rows:
-        plpy.error(f"donto.render_for_extraction: no block {block_id}")
+        plpy.error(f"donto.render_for_extraction: no block {block_id}", sqlstate="22023")
     row = rows[0]
     if row["preamble"] is None:
         plpy.error(f"donto.render_for_extraction: no prompt template for {row['kind']} blocks"
-                   + (f" in run {run_id}" if run_id is not None else ""))
+                   + (f" in run {run_id}" if run_id is not None else ""), sqlstate="22023")
     parts = merge_parts(json.loads(row["turns"]))
     starts = [p["char_start"] for p in parts]
     ends = [p["char_end"] for p in parts]

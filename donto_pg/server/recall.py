@@ -13,7 +13,7 @@ def recall_windows(plpy, revision_id: int, window: int) -> list[tuple]:
     plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
     rows = plpy.execute(plan, [revision_id])
     if not rows:
-        plpy.error(f"donto.project_recall: no revision {revision_id}")
+        plpy.error(f"donto.project_recall: no revision {revision_id}", sqlstate="22023")
     body = rows[0]["body"]
     turns = turn_rows(plpy, revision_id)
     spans = list(windows(body, window))
@@ -32,7 +32,7 @@ def recall_windows_from(plpy, revision_id: int, window: int, start: int) -> list
                         "where revision_id = $1", ["bigint", "integer"])
     rows = plpy.execute(plan, [revision_id, start])
     if not rows:
-        plpy.error(f"donto._recall_windows_from: no revision {revision_id}")
+        plpy.error(f"donto._recall_windows_from: no revision {revision_id}", sqlstate="22023")
     tail = rows[0]["tail"]
     turns = [t for t in turn_rows(plpy, revision_id) if t["char_end"] > start]
     spans = [(s + start, e + start) for s, e in windows(tail, window)]
@@ -62,7 +62,7 @@ def turn_key_texts(plpy, revision_id: int) -> list[tuple]:
     plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
     rows = plpy.execute(plan, [revision_id])
     if not rows:
-        plpy.error(f"donto._turn_key_texts: no revision {revision_id}")
+        plpy.error(f"donto._turn_key_texts: no revision {revision_id}", sqlstate="22023")
     body = rows[0]["body"]
     return [(t["seq"], t["header_start"], t["char_start"], t["char_end"],
              body[t["char_start"]:t["char_end"]])

@@ -28,7 +28,7 @@ def revision_body(plpy, revision_id: int) -> str:
         ["bigint"])
     rows = plpy.execute(plan, [revision_id])
     if not rows:
-        plpy.error(f"donto: no revision {revision_id}")
+        plpy.error(f"donto: no revision {revision_id}", sqlstate="22023")
     key = (revision_id, rows[0]["h"])
     body = _BODY_CACHE.pop(key, None)
     if body is None:

@@ -40,3 +40,55 @@ def test_project_extraction_and_extract_json(db, tmp_path):
     assert rep["is_baseline"] is True and rep["ok"] is True and rep["pending_after"] == 0
     r = run_cli(db, "extract", "--params", "not json")
     assert r.returncode == 1 and "--params is not valid JSON" in r.stderr
+
+
+def test_load_beam_embeds_the_conversations_it_loads_only(db, tmp_path):
+    """Other work left unembedded in the database stays unembedded (and uncounted): the
+    user asked to load conversation 1, not to embed everything pending."""
+    note = tmp_path / "pending.txt"
+    note.write_text("The office moved to Lisbon in 2023.\n", encoding="utf-8")
+    db.commit()
+    r = run_cli(db, "add", str(note), "--text", "-d", "doc:pending", "--no-embed")
+    assert r.returncode == 0, r.stderr
+    write_chat(tmp_path, "1", small_chat())
+    r = run_cli(db, "load-beam", str(tmp_path / "chats"), "-c", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    vectors = dict(db.execute(
+        "select d.iri, count(e.statement_id) from donto.document d "
+        "join donto.statement s on s.document_id = d.document_id "
+        "and s.predicate = 'mem:episodic/chunk' "
+        "left join donto.embedding e on e.statement_id = s.statement_id group by 1").fetchall())
+    db.commit()
+    assert vectors == {"doc:pending": 0, "beam:100K/1": 1}
+    assert summary["embedded"] == 1
+    # recall names the blind spot of the vector arm, and an unknown conversation
+    r = run_cli(db, "recall", "Lisbon office", "-c", "doc:pending", "-k", "1")
+    assert r.returncode == 0, r.stderr
+    assert "1 of 1 chunks of ctx:memory/episodic/doc/pending have no vector" in r.stderr
+    assert "lex 1" in r.stdout and "vec -" in r.stdout
+    r = run_cli(db, "recall", "Berlin", "-c", "1")
+    assert r.returncode == 1 and "no context ctx:memory/episodic/beam/1" in r.stderr
+    assert "fix: name a loaded conversation: -c 100K/13" in r.stderr
+
+
+def test_load_beam_on_a_chat_log_points_at_add(db, tmp_path):
+    (tmp_path / "chat.json").write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    db.commit()
+    r = run_cli(db, "load-beam", str(tmp_path / "chat.json"), "--no-embed")
+    assert r.returncode == 1
+    assert "missing field" in r.stderr and "`donto-pg add FILE`" in r.stderr
+
+
+def test_a_projection_error_in_the_servers_python_is_a_clean_22023(db, tmp_path):
+    note = tmp_path / "plain.txt"
+    note.write_text("Just notes.\n", encoding="utf-8")
+    db.commit()
+    assert run_cli(db, "add", str(note), "--text", "-d", "doc:plain", "--no-embed"
+                   ).returncode == 0
+    rev = db.execute("select max(revision_id) from donto.revision").fetchone()[0]
+    db.commit()
+    r = run_cli(db, "project-extraction", "-r", str(rev))
+    assert r.returncode == 1
+    assert f"(22023): donto.project_extraction: revision {rev} has no turn table" in r.stderr
+    assert "plpy" not in r.stderr and "XX000" not in r.stderr

@@ -224,10 +224,10 @@ def test_a_writer_cannot_decide_the_owners_ab_gate(db, logins):
                        gate_args).fetchone()[0]
     w.commit()
     assert w_gate != gate
-    with pytest.raises(errors.InsufficientPrivilege, match="was recorded by"):
+    with pytest.raises(errors.InsufficientPrivilege, match="gate .* was started by"):
         w.execute("select donto.ab_record_baseline(%s, '{\"hit\": 1}')", (gate,))
     w.rollback()
-    with pytest.raises(errors.InsufficientPrivilege, match="was recorded by"):
+    with pytest.raises(errors.InsufficientPrivilege, match="gate .* was started by"):
         w.execute("select donto.ab_record_result('r1', %s, 'fixed-1200', %s, 'rejected', 0, "
                   "'{}')", (gate, run))
     w.rollback()
