@@ -635,8 +635,9 @@ def _run_arm(conn_factory: ConnFactory, main: psycopg.Connection, arm: ArmSpec,
         reason = ("rejected before the recall pass: " + "; ".join(why)) if why else None
     result_key = _key({"gate": gate_id, "arm": arm_id, "run": ext.run_id,
                        "blocks": quality["blocks"], "stage": stage})
-    row = main.execute("select result_id, recall from donto.ab_result where result_key = %s",
-                       (result_key,)).fetchone()
+    row = main.execute("select result_id, recall from donto.ab_result "
+                       "where result_key = donto._scoped_key(%s) and gate_id = %s",
+                       (result_key, gate_id)).fetchone()
     main.commit()
     reused = row is not None
     recall = row[1] if row else None

@@ -220,11 +220,28 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
         res.turns, res.questions, res.chunks = rec.turns, rec.questions, rec.chunks
         res.appended, res.standing = rec.appended, rec.standing
         res.ok = True
+        other = registered_by_another(conn, rec.revision_id)
+        if other:
+            res.warnings.append(other)
     except psycopg.Error as exc:
         res.error = f"{conv.conversation_id}: {from_database(exc)}"
     except (DontoError, ValueError, RecursionError) as exc:
         res.error = f"{conv.conversation_id}: {str(exc).strip()}"
     return res
+
+
+def registered_by_another(conn: psycopg.Connection, revision_id: int) -> str | None:
+    """A warning when REVISION_ID (the text just loaded) was registered by a login other
+    than this session's: documents are not owned per role, so its turn table, questions
+    and projections are that login's (``donto.revision.login_role``)."""
+    row = conn.execute("select r.login_role from donto.revision as r where r.revision_id = %s "
+                       "and r.login_role <> session_user", (revision_id,)
+                       ).fetchone()
+    conn.commit()
+    if row is None:
+        return None
+    return (f"revision {revision_id}, this text, was registered by {row[0]}, not by this login: "
+            "its turn table, questions and projections are theirs (README, Security model)")
 
 
 def load_beam(conn: psycopg.Connection, path: str, *, scale: str | None = None,

@@ -1358,7 +1358,8 @@ Record the turn table of a revision from a JSON array of
 {seq, turn_id, role, session, exchange, date, header_start, char_start, char_end, meta}.
 Spans must lie inside the body, in order and without overlap; seq runs 0..n-1.
 Idempotent: recording the same table again returns its size; a different one is refused.
-Only the login that registered the revision (donto._acts_for) records a new table (42501).
+Only the login that registered the revision, or the schema's owner, records a new table
+(42501).
 */
 declare
     v_len integer;
@@ -1432,10 +1433,10 @@ begin
         raise exception 'donto.record_turns: revision % already has a different turn table',
             p_revision_id using errcode = '23505';
     end if;
-    -- Who said what is part of what a revision says: only the login that registered it
-    -- (or, for the owner's revisions, the owner) gives it its turn table. A writer who
-    -- would say it otherwise registers a changed text, which names the writer.
-    if not donto._acts_for(v_login) then
+    -- Who said what is part of what a revision says: only the login that registered it,
+    -- or the schema's owner, gives it its turn table. A writer who would say it otherwise
+    -- registers a changed text, which names the writer.
+    if not (donto._acts_for(v_login) or donto._session_owns_schema()) then
         raise exception 'donto.record_turns: revision % was registered by %, not by this '
             'login (%): its turn table is theirs to record', p_revision_id,
             coalesce(v_login, 'the schema''s owner'), session_user using errcode = '42501';
@@ -2301,24 +2302,26 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Whether this session may add to what login P_LOGIN started (an extraction run, an A/B
-gate), filed (a session summary) or registered (a revision's turn table): it is that
-login, or this session is the schema's owner's (a member of it) and P_LOGIN is too. A
-row of no known login counts as the owner's: null (filed before the table recorded
-logins) or a login that is no role of this server (a dump restored from another, where
-the owner had another name; or a dropped role). So a writer's session never adds to the
-owner's runs, gates or summaries, nor the owner's to a writer's, nor one writer's to
-another's.
+gate), filed (a session summary) or registered (a revision's turn table and questions):
+it is that login, or this session is the schema's owner's (a member of it) and P_LOGIN
+is too, or is null (a row filed before its table recorded logins: the owner's, as every
+such row counts for the owner and for no one else). Never null. A login that is no role
+of this server (dropped, renamed, or a restored dump's) is nobody's: not the owner's, so
+that a dropped writer's rows never become the owner's. So a writer's session never adds
+to the owner's runs, gates or summaries, nor the owner's to a writer's, nor one writer's
+to another's.
 */
-    select p_login = session_user
+    select coalesce(p_login = session_user, false)
            or (donto._session_owns_schema()
-               and not exists (
-                   select 1 from pg_catalog.pg_roles as r
-                   where r.rolname = p_login
-                         and not pg_catalog.pg_has_role(
-                             r.oid,
-                             (select n.nspowner from pg_catalog.pg_namespace as n
-                              where n.nspname = 'donto'),
-                             'MEMBER')));
+               and (p_login is null
+                    or exists (
+                        select 1 from pg_catalog.pg_roles as r
+                        where r.rolname = p_login
+                              and pg_catalog.pg_has_role(
+                                  r.oid,
+                                  (select n.nspowner from pg_catalog.pg_namespace as n
+                                   where n.nspname = 'donto'),
+                                  'MEMBER'))));
 $$;
 
 create or replace function donto._scoped_key(p_key text)
@@ -2328,14 +2331,14 @@ stable
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-P_KEY as this session's login files it: unchanged for the schema's owner, else with
-the login appended. The keys that make a call idempotent (an extraction run's run_key,
-an A/B gate's gate_key) are computable by anyone from public settings; scoped, a
-writer's call never finds (or takes first) the owner's row, and the owner's never a
-writer's.
+P_KEY as this session's login files it: unchanged for the schema's owner, else behind
+the login (quote_ident, then a space: one login's keys never equal another's, whatever
+the names). The keys that make a call idempotent (an extraction run's run_key, an A/B
+gate's gate_key) are computable by anyone from public settings; scoped, a writer's call
+never finds (or takes first) the owner's row, and the owner's never a writer's.
 */
     select case when donto._session_owns_schema() then p_key
-                else p_key || ' login=' || session_user end;
+                else pg_catalog.quote_ident(session_user) || ' ' || p_key end;
 $$;
 
 create or replace function donto._index_exact_max()
@@ -3684,16 +3687,30 @@ as $$
 Record the probing questions of a revision from a JSON array of
 {ability, index, question, answer, gold, stale, skipped, raw}. Idempotent:
 questions already recorded (same revision, ability, index) are kept as they are.
-Returns the number of questions the revision has.
+Returns the number of questions the revision has. Only the login that registered the
+revision, or the schema's owner, records a question it does not have yet (42501).
 */
 declare
     v_doc bigint;
+    v_login text;
     v_n integer;
 begin
-    select r.document_id into v_doc from donto.revision as r where r.revision_id = p_revision_id;
+    select r.document_id, r.login_role into v_doc, v_login
+    from donto.revision as r where r.revision_id = p_revision_id;
     if not found then
         raise exception 'donto.record_questions: no revision %', p_revision_id
             using errcode = '22023';
+    end if;
+    if not (donto._acts_for(v_login) or donto._session_owns_schema()) and exists (
+        select 1
+        from pg_catalog.jsonb_to_recordset(p_questions) as q (ability text, index integer)
+        where not exists (select 1 from donto.probe_question as p
+                          where p.revision_id = p_revision_id and p.ability = q.ability
+                                and p.qindex = q.index)
+    ) then
+        raise exception 'donto.record_questions: revision % was registered by %, not by this '
+            'login (%): its questions are theirs to record', p_revision_id,
+            coalesce(v_login, 'the schema''s owner'), session_user using errcode = '42501';
     end if;
     insert into donto.probe_question (
         document_id, revision_id, ability, qindex, question, answer, gold, stale, skipped, raw
@@ -4340,16 +4357,23 @@ an arm's result of the owner's gate (its A/B verdict); nor the owner a writer's.
 */
 declare
     v_login text;
+    v_key text;
 begin
     if p_kind = 'run' then
-        select r.login_role into v_login from donto.extraction_run as r where r.run_id = p_id;
+        select r.login_role, r.run_key into v_login, v_key
+        from donto.extraction_run as r where r.run_id = p_id;
     else
-        select g.login_role into v_login from donto.ab_gate as g where g.gate_id = p_id;
+        select g.login_role, g.gate_key into v_login, v_key
+        from donto.ab_gate as g where g.gate_id = p_id;
     end if;
     if not found then
         raise exception '%: no % %', p_function, p_kind, p_id using errcode = '22023';
     end if;
-    if not donto._acts_for(v_login) then
+    -- A key with no login in front of it (donto._scoped_key) was made by a session of the
+    -- owner, whatever its login is called here now (a dump restored onto a server where
+    -- the owner has another name): the owner's sessions add to it.
+    if not (donto._acts_for(v_login)
+            or (donto._session_owns_schema() and pg_catalog.strpos(v_key, ' ') = 0)) then
         raise exception '%: % % was started by %, not by this login (%)', p_function, p_kind,
             p_id, coalesce(v_login, 'the schema''s owner'), session_user
             using errcode = '42501',
@@ -5686,8 +5710,13 @@ volatile
 security definer
 set search_path to pg_catalog, pg_temp
 as $$
-/* Record one arm's measurement on a gate; an existing result_key returns its id. */
+/*
+Record one arm's measurement on a gate; an existing result_key returns its id. The key
+is this login's (donto._scoped_key, as the gate's): a writer cannot file a result under
+the key the owner's donto-pg ab will look up.
+*/
 declare
+    v_key text := donto._scoped_key(p_result_key);
     v_arm bigint;
     v_id bigint;
 begin
@@ -5702,13 +5731,13 @@ begin
     insert into donto.ab_result (
         result_key, gate_id, arm_id, run_id, stage, units, quality, stop_reason, recall
     )
-    values (p_result_key, p_gate_id, v_arm, p_run_id, p_stage, p_units, p_quality,
+    values (v_key, p_gate_id, v_arm, p_run_id, p_stage, p_units, p_quality,
             p_stop_reason, p_recall)
     on conflict (result_key) do nothing
     returning result_id into v_id;
     if v_id is null then
         select r.result_id into strict v_id from donto.ab_result as r
-        where r.result_key = p_result_key;
+        where r.result_key = v_key;
     end if;
     return v_id;
 end;
@@ -7163,6 +7192,20 @@ comment on function donto._standing_detect(bigint) is
 'The standing statements the rule-based detector (donto_pg.core.standing) finds in the user turns '
 'of a revision, with their char spans in the revision and the date of their turn.';
 
+create or replace function donto.standing_rules()
+returns text
+language plpython3u
+stable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].standing.RULES_VERSION
+$py$;
+
+comment on function donto.standing_rules() is
+'The version of the rule-based detector installed (donto_pg.core.standing.RULES_VERSION, '
+'e.g. rules-v2): the strategy of the standing projections donto.project_standing makes now.';
+
 create or replace function donto.standing_context_iri(p_document_iri text)
 returns text
 language sql
@@ -7177,6 +7220,33 @@ $$;
 comment on function donto.standing_context_iri(text) is
 'The standing-memory context of a document: beam:100K/1 -> ctx:memory/standing/beam/100K/1.';
 
+create or replace function donto._retract_older_rules(
+    p_revision_id bigint, p_context_id bigint, p_rules text
+)
+returns integer
+language sql
+volatile
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Retract what an older version of the rule detector found in revision P_REVISION_ID in
+context P_CONTEXT_ID ('superseded: standing rules <P_RULES> replace <older>'): the
+current rules' statements replace them. Returns how many it retracted.
+*/
+    select pg_catalog.count(donto.retract(x.statement_id, pg_catalog.format(
+        'superseded: standing rules %s replace %s', p_rules, p.strategy)))::integer
+    from donto.x_standing as x
+    inner join donto.projection as p on x.projection_id = p.projection_id
+    where x.revision_id = p_revision_id and p.context_id = p_context_id
+          and p.kind = 'standing' and p.strategy like 'rules-%' and p.strategy <> p_rules
+          and not exists (select 1 from donto.retraction as r
+                          where r.statement_id = x.statement_id);
+$$;
+
+comment on function donto._retract_older_rules(bigint, bigint, text) is
+'Retract what older rule-detector versions found in a revision''s standing context; returns '
+'the count.';
+
 create or replace function donto.project_standing(rev_id bigint, context text default null)
 returns integer
 language plpgsql
@@ -7186,8 +7256,8 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Project revision REV_ID into standing statements: every sentence of a user
-turn that the rule-based detector (donto_pg.core.standing, strategy rules-v1)
-reads as an instruction, a preference or a constraint becomes a statement
+turn that the rule-based detector (donto_pg.core.standing, strategy
+donto.standing_rules(), e.g. rules-v2) reads as an instruction, a preference or a constraint becomes a statement
 (predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
 key}, char span of the sentence in the revision, so that substring(body from
 char_start + 1 for char_end - char_start) is its exact text) with a
@@ -7198,7 +7268,10 @@ later one's date (a one-day range when both share a date), and is open
 otherwise. CONTEXT defaults to donto.standing_context_iri of the
 document. Idempotent: a second call returns the existing count. A changed
 conversation (a revision that does not extend the others projected in the context)
-retracts their standing statements (donto._retract_superseded).
+retracts their standing statements (donto._retract_superseded). Newer rules replace
+older ones: projecting a revision that an older rules version projected into the
+context retracts what those found ('superseded: standing rules ...'; as_of before
+still sees them).
 */
 declare
     v_doc bigint;
@@ -7206,6 +7279,7 @@ declare
     v_ctx bigint;
     v_proj bigint;
     v_n integer;
+    v_rules text := donto.standing_rules();
 begin
     select r.document_id, d.iri into v_doc, v_iri
     from donto.revision as r inner join donto.document as d using (document_id)
@@ -7218,15 +7292,16 @@ begin
     perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
-    where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = 'rules-v1'
+    where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = v_rules
           and p.params = '{}'::jsonb and p.context_id = v_ctx;
     if found then
+        perform donto._retract_older_rules(rev_id, v_ctx, v_rules);
         select pg_catalog.count(*)::integer into v_n
         from donto.x_standing as x where x.projection_id = v_proj;
         return v_n;
     end if;
     insert into donto.projection (revision_id, kind, strategy, params, context_id)
-    values (rev_id, 'standing', 'rules-v1', '{}'::jsonb, v_ctx)
+    values (rev_id, 'standing', v_rules, '{}'::jsonb, v_ctx)
     returning projection_id into v_proj;
 
     with d1 as (
@@ -7277,10 +7352,11 @@ begin
         char_start, char_end, detector
     )
     select d.sid, v_proj, rev_id, d.ord, d.kind, d.subject_key, d.turn_seq, d.turn_id,
-           d.char_start, d.char_end, 'rules-v1'
+           d.char_start, d.char_end, v_rules
     from d
     order by d.ord;
     get diagnostics v_n = row_count;
+    perform donto._retract_older_rules(rev_id, v_ctx, v_rules);
     -- A changed conversation: the standing statements of the revisions it does not
     -- extend are retracted as superseded (those it extends are covered by it).
     perform donto._retract_superseded(v_ctx, rev_id);
@@ -7290,8 +7366,9 @@ $$;
 
 comment on function donto.project_standing(bigint, text) is
 'Standing memory: the instructions, preferences and constraints of a revision''s user turns '
-'(rule-based detector rules-v1) as mem:standing/<kind> statements anchored to their turn, '
-'valid until superseded; idempotent; returns the count.';
+'(rule-based detector donto.standing_rules()) as mem:standing/<kind> statements anchored to '
+'their turn, valid until superseded; newer rules retract what older ones found; idempotent; '
+'returns the count.';
 
 create or replace function donto._standing_claim_key(p_subject text, p_text text, p_kind text)
 returns text
@@ -7646,7 +7723,7 @@ as $$
               and not exists (
                   select 1 from donto.retraction as rt
                   where rt.statement_id = (s.object_lit ->> 'claim')::bigint
-                        and x.detector <> 'rules-v1'
+                        and x.detector not like 'rules-%'
                         and (p_as_of is null or rt.tx_from <= p_as_of))
     )
     select
@@ -7663,11 +7740,11 @@ as $$
             -- the same words found twice (the rules and an LLM run, or two runs): the
             -- rule detector's statement stands for them, else the first one recorded
             (select o.statement_id from vis as o
-             where v.detector <> 'rules-v1' and o.revision_id = v.revision_id
+             where v.detector not like 'rules-%' and o.revision_id = v.revision_id
                    and o.statement_id <> v.statement_id
                    and o.char_start < v.char_end and v.char_start < o.char_end
-                   and (o.detector = 'rules-v1' or o.statement_id < v.statement_id)
-             order by o.detector <> 'rules-v1', o.statement_id
+                   and (o.detector like 'rules-%' or o.statement_id < v.statement_id)
+             order by o.detector not like 'rules-%', o.statement_id
              limit 1)
         ) as superseded_by
     from vis as v
@@ -7695,7 +7772,7 @@ as $$
 The standing statements (instructions, preferences, constraints) of the
 revisions projected into CONTEXT (a recall, extraction or standing context
 IRI; null: every revision), found by the rule detector (donto.project_standing,
-x_standing.detector rules-v1) or by an LLM extraction run (standing claims,
+x_standing.detector rules-v1, rules-v2, ...) or by an LLM extraction run (standing claims,
 donto._standing_from_claims, llm-v1), as the database knew them at AS_OF
 (recorded by then, not retracted by then, nor the claim an LLM one was made
 from), in the order they were said. SUPERSEDED_BY is the first later
@@ -7885,8 +7962,9 @@ comment on column donto.x_standing.subject_key is
 comment on column donto.x_standing.turn_seq is
 'The turn (donto.turn.seq of the revision) the statement was said in.';
 comment on column donto.x_standing.detector is
-'What found the statement: rules-v1 (the rule detector, donto_pg.core.standing) or llm-v1 (a '
-'standing claim of an LLM extraction run, donto._standing_from_claims).';
+'What found the statement: rules-v<n> (the rule detector, donto_pg.core.standing, of that '
+'version: donto.standing_rules()) or llm-v1 (a standing claim of an LLM extraction run, '
+'donto._standing_from_claims).';
 comment on column donto.x_standing_vector.embedding is
 'The statement text''s vector under the model (for recall''s standing slots).';
 comment on column donto.x_standing_condition_vector.embedding is
@@ -9212,12 +9290,12 @@ comment on function donto._session_owns_schema() is
 
 comment on function donto._acts_for(text) is
 'Whether this session may add to a run, gate, summary or turn table of login P_LOGIN: it is '
-'that login, or both are members of the schema''s owner (null, or no role of this server, '
-'counts as the owner).';
+'that login, or both are members of the schema''s owner (null counts as the owner''s, a login '
+'that is no role here as nobody''s); never null.';
 
 comment on function donto._scoped_key(text) is
 'An idempotency key as this session''s login files it: unchanged for the schema''s owner, '
-'else with the login appended.';
+'else behind the login (quoted).';
 
 
 -- sql/098-dump.sql

@@ -127,7 +127,8 @@ Record the turn table of a revision from a JSON array of
 {seq, turn_id, role, session, exchange, date, header_start, char_start, char_end, meta}.
 Spans must lie inside the body, in order and without overlap; seq runs 0..n-1.
 Idempotent: recording the same table again returns its size; a different one is refused.
-Only the login that registered the revision (donto._acts_for) records a new table (42501).
+Only the login that registered the revision, or the schema's owner, records a new table
+(42501).
 */
 declare
     v_len integer;
@@ -201,10 +202,10 @@ begin
         raise exception 'donto.record_turns: revision % already has a different turn table',
             p_revision_id using errcode = '23505';
     end if;
-    -- Who said what is part of what a revision says: only the login that registered it
-    -- (or, for the owner's revisions, the owner) gives it its turn table. A writer who
-    -- would say it otherwise registers a changed text, which names the writer.
-    if not donto._acts_for(v_login) then
+    -- Who said what is part of what a revision says: only the login that registered it,
+    -- or the schema's owner, gives it its turn table. A writer who would say it otherwise
+    -- registers a changed text, which names the writer.
+    if not (donto._acts_for(v_login) or donto._session_owns_schema()) then
         raise exception 'donto.record_turns: revision % was registered by %, not by this '
             'login (%): its turn table is theirs to record', p_revision_id,
             coalesce(v_login, 'the schema''s owner'), session_user using errcode = '42501';

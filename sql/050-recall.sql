@@ -349,24 +349,26 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Whether this session may add to what login P_LOGIN started (an extraction run, an A/B
-gate), filed (a session summary) or registered (a revision's turn table): it is that
-login, or this session is the schema's owner's (a member of it) and P_LOGIN is too. A
-row of no known login counts as the owner's: null (filed before the table recorded
-logins) or a login that is no role of this server (a dump restored from another, where
-the owner had another name; or a dropped role). So a writer's session never adds to the
-owner's runs, gates or summaries, nor the owner's to a writer's, nor one writer's to
-another's.
+gate), filed (a session summary) or registered (a revision's turn table and questions):
+it is that login, or this session is the schema's owner's (a member of it) and P_LOGIN
+is too, or is null (a row filed before its table recorded logins: the owner's, as every
+such row counts for the owner and for no one else). Never null. A login that is no role
+of this server (dropped, renamed, or a restored dump's) is nobody's: not the owner's, so
+that a dropped writer's rows never become the owner's. So a writer's session never adds
+to the owner's runs, gates or summaries, nor the owner's to a writer's, nor one writer's
+to another's.
 */
-    select p_login = session_user
+    select coalesce(p_login = session_user, false)
            or (donto._session_owns_schema()
-               and not exists (
-                   select 1 from pg_catalog.pg_roles as r
-                   where r.rolname = p_login
-                         and not pg_catalog.pg_has_role(
-                             r.oid,
-                             (select n.nspowner from pg_catalog.pg_namespace as n
-                              where n.nspname = 'donto'),
-                             'MEMBER')));
+               and (p_login is null
+                    or exists (
+                        select 1 from pg_catalog.pg_roles as r
+                        where r.rolname = p_login
+                              and pg_catalog.pg_has_role(
+                                  r.oid,
+                                  (select n.nspowner from pg_catalog.pg_namespace as n
+                                   where n.nspname = 'donto'),
+                                  'MEMBER'))));
 $$;
 
 create or replace function donto._scoped_key(p_key text)
@@ -376,14 +378,14 @@ stable
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-P_KEY as this session's login files it: unchanged for the schema's owner, else with
-the login appended. The keys that make a call idempotent (an extraction run's run_key,
-an A/B gate's gate_key) are computable by anyone from public settings; scoped, a
-writer's call never finds (or takes first) the owner's row, and the owner's never a
-writer's.
+P_KEY as this session's login files it: unchanged for the schema's owner, else behind
+the login (quote_ident, then a space: one login's keys never equal another's, whatever
+the names). The keys that make a call idempotent (an extraction run's run_key, an A/B
+gate's gate_key) are computable by anyone from public settings; scoped, a writer's call
+never finds (or takes first) the owner's row, and the owner's never a writer's.
 */
     select case when donto._session_owns_schema() then p_key
-                else p_key || ' login=' || session_user end;
+                else pg_catalog.quote_ident(session_user) || ' ' || p_key end;
 $$;
 
 create or replace function donto._index_exact_max()

@@ -11,16 +11,30 @@ as $$
 Record the probing questions of a revision from a JSON array of
 {ability, index, question, answer, gold, stale, skipped, raw}. Idempotent:
 questions already recorded (same revision, ability, index) are kept as they are.
-Returns the number of questions the revision has.
+Returns the number of questions the revision has. Only the login that registered the
+revision, or the schema's owner, records a question it does not have yet (42501).
 */
 declare
     v_doc bigint;
+    v_login text;
     v_n integer;
 begin
-    select r.document_id into v_doc from donto.revision as r where r.revision_id = p_revision_id;
+    select r.document_id, r.login_role into v_doc, v_login
+    from donto.revision as r where r.revision_id = p_revision_id;
     if not found then
         raise exception 'donto.record_questions: no revision %', p_revision_id
             using errcode = '22023';
+    end if;
+    if not (donto._acts_for(v_login) or donto._session_owns_schema()) and exists (
+        select 1
+        from pg_catalog.jsonb_to_recordset(p_questions) as q (ability text, index integer)
+        where not exists (select 1 from donto.probe_question as p
+                          where p.revision_id = p_revision_id and p.ability = q.ability
+                                and p.qindex = q.index)
+    ) then
+        raise exception 'donto.record_questions: revision % was registered by %, not by this '
+            'login (%): its questions are theirs to record', p_revision_id,
+            coalesce(v_login, 'the schema''s owner'), session_user using errcode = '42501';
     end if;
     insert into donto.probe_question (
         document_id, revision_id, ability, qindex, question, answer, gold, stale, skipped, raw

@@ -600,16 +600,23 @@ an arm's result of the owner's gate (its A/B verdict); nor the owner a writer's.
 */
 declare
     v_login text;
+    v_key text;
 begin
     if p_kind = 'run' then
-        select r.login_role into v_login from donto.extraction_run as r where r.run_id = p_id;
+        select r.login_role, r.run_key into v_login, v_key
+        from donto.extraction_run as r where r.run_id = p_id;
     else
-        select g.login_role into v_login from donto.ab_gate as g where g.gate_id = p_id;
+        select g.login_role, g.gate_key into v_login, v_key
+        from donto.ab_gate as g where g.gate_id = p_id;
     end if;
     if not found then
         raise exception '%: no % %', p_function, p_kind, p_id using errcode = '22023';
     end if;
-    if not donto._acts_for(v_login) then
+    -- A key with no login in front of it (donto._scoped_key) was made by a session of the
+    -- owner, whatever its login is called here now (a dump restored onto a server where
+    -- the owner has another name): the owner's sessions add to it.
+    if not (donto._acts_for(v_login)
+            or (donto._session_owns_schema() and pg_catalog.strpos(v_key, ' ') = 0)) then
         raise exception '%: % % was started by %, not by this login (%)', p_function, p_kind,
             p_id, coalesce(v_login, 'the schema''s owner'), session_user
             using errcode = '42501',

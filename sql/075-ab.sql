@@ -625,8 +625,13 @@ volatile
 security definer
 set search_path to pg_catalog, pg_temp
 as $$
-/* Record one arm's measurement on a gate; an existing result_key returns its id. */
+/*
+Record one arm's measurement on a gate; an existing result_key returns its id. The key
+is this login's (donto._scoped_key, as the gate's): a writer cannot file a result under
+the key the owner's donto-pg ab will look up.
+*/
 declare
+    v_key text := donto._scoped_key(p_result_key);
     v_arm bigint;
     v_id bigint;
 begin
@@ -641,13 +646,13 @@ begin
     insert into donto.ab_result (
         result_key, gate_id, arm_id, run_id, stage, units, quality, stop_reason, recall
     )
-    values (p_result_key, p_gate_id, v_arm, p_run_id, p_stage, p_units, p_quality,
+    values (v_key, p_gate_id, v_arm, p_run_id, p_stage, p_units, p_quality,
             p_stop_reason, p_recall)
     on conflict (result_key) do nothing
     returning result_id into v_id;
     if v_id is null then
         select r.result_id into strict v_id from donto.ab_result as r
-        where r.result_key = p_result_key;
+        where r.result_key = v_key;
     end if;
     return v_id;
 end;

@@ -19,6 +19,20 @@ comment on function donto._standing_detect(bigint) is
 'The standing statements the rule-based detector (donto_pg.core.standing) finds in the user turns '
 'of a revision, with their char spans in the revision and the date of their turn.';
 
+create or replace function donto.standing_rules()
+returns text
+language plpython3u
+stable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].standing.RULES_VERSION
+$py$;
+
+comment on function donto.standing_rules() is
+'The version of the rule-based detector installed (donto_pg.core.standing.RULES_VERSION, '
+'e.g. rules-v2): the strategy of the standing projections donto.project_standing makes now.';
+
 create or replace function donto.standing_context_iri(p_document_iri text)
 returns text
 language sql
@@ -33,6 +47,33 @@ $$;
 comment on function donto.standing_context_iri(text) is
 'The standing-memory context of a document: beam:100K/1 -> ctx:memory/standing/beam/100K/1.';
 
+create or replace function donto._retract_older_rules(
+    p_revision_id bigint, p_context_id bigint, p_rules text
+)
+returns integer
+language sql
+volatile
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Retract what an older version of the rule detector found in revision P_REVISION_ID in
+context P_CONTEXT_ID ('superseded: standing rules <P_RULES> replace <older>'): the
+current rules' statements replace them. Returns how many it retracted.
+*/
+    select pg_catalog.count(donto.retract(x.statement_id, pg_catalog.format(
+        'superseded: standing rules %s replace %s', p_rules, p.strategy)))::integer
+    from donto.x_standing as x
+    inner join donto.projection as p on x.projection_id = p.projection_id
+    where x.revision_id = p_revision_id and p.context_id = p_context_id
+          and p.kind = 'standing' and p.strategy like 'rules-%' and p.strategy <> p_rules
+          and not exists (select 1 from donto.retraction as r
+                          where r.statement_id = x.statement_id);
+$$;
+
+comment on function donto._retract_older_rules(bigint, bigint, text) is
+'Retract what older rule-detector versions found in a revision''s standing context; returns '
+'the count.';
+
 create or replace function donto.project_standing(rev_id bigint, context text default null)
 returns integer
 language plpgsql
@@ -42,8 +83,8 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Project revision REV_ID into standing statements: every sentence of a user
-turn that the rule-based detector (donto_pg.core.standing, strategy rules-v1)
-reads as an instruction, a preference or a constraint becomes a statement
+turn that the rule-based detector (donto_pg.core.standing, strategy
+donto.standing_rules(), e.g. rules-v2) reads as an instruction, a preference or a constraint becomes a statement
 (predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
 key}, char span of the sentence in the revision, so that substring(body from
 char_start + 1 for char_end - char_start) is its exact text) with a
@@ -54,7 +95,10 @@ later one's date (a one-day range when both share a date), and is open
 otherwise. CONTEXT defaults to donto.standing_context_iri of the
 document. Idempotent: a second call returns the existing count. A changed
 conversation (a revision that does not extend the others projected in the context)
-retracts their standing statements (donto._retract_superseded).
+retracts their standing statements (donto._retract_superseded). Newer rules replace
+older ones: projecting a revision that an older rules version projected into the
+context retracts what those found ('superseded: standing rules ...'; as_of before
+still sees them).
 */
 declare
     v_doc bigint;
@@ -62,6 +106,7 @@ declare
     v_ctx bigint;
     v_proj bigint;
     v_n integer;
+    v_rules text := donto.standing_rules();
 begin
     select r.document_id, d.iri into v_doc, v_iri
     from donto.revision as r inner join donto.document as d using (document_id)
@@ -74,15 +119,16 @@ begin
     perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
 
     select p.projection_id into v_proj from donto.projection as p
-    where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = 'rules-v1'
+    where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = v_rules
           and p.params = '{}'::jsonb and p.context_id = v_ctx;
     if found then
+        perform donto._retract_older_rules(rev_id, v_ctx, v_rules);
         select pg_catalog.count(*)::integer into v_n
         from donto.x_standing as x where x.projection_id = v_proj;
         return v_n;
     end if;
     insert into donto.projection (revision_id, kind, strategy, params, context_id)
-    values (rev_id, 'standing', 'rules-v1', '{}'::jsonb, v_ctx)
+    values (rev_id, 'standing', v_rules, '{}'::jsonb, v_ctx)
     returning projection_id into v_proj;
 
     with d1 as (
@@ -133,10 +179,11 @@ begin
         char_start, char_end, detector
     )
     select d.sid, v_proj, rev_id, d.ord, d.kind, d.subject_key, d.turn_seq, d.turn_id,
-           d.char_start, d.char_end, 'rules-v1'
+           d.char_start, d.char_end, v_rules
     from d
     order by d.ord;
     get diagnostics v_n = row_count;
+    perform donto._retract_older_rules(rev_id, v_ctx, v_rules);
     -- A changed conversation: the standing statements of the revisions it does not
     -- extend are retracted as superseded (those it extends are covered by it).
     perform donto._retract_superseded(v_ctx, rev_id);
@@ -146,8 +193,9 @@ $$;
 
 comment on function donto.project_standing(bigint, text) is
 'Standing memory: the instructions, preferences and constraints of a revision''s user turns '
-'(rule-based detector rules-v1) as mem:standing/<kind> statements anchored to their turn, '
-'valid until superseded; idempotent; returns the count.';
+'(rule-based detector donto.standing_rules()) as mem:standing/<kind> statements anchored to '
+'their turn, valid until superseded; newer rules retract what older ones found; idempotent; '
+'returns the count.';
 
 create or replace function donto._standing_claim_key(p_subject text, p_text text, p_kind text)
 returns text
@@ -502,7 +550,7 @@ as $$
               and not exists (
                   select 1 from donto.retraction as rt
                   where rt.statement_id = (s.object_lit ->> 'claim')::bigint
-                        and x.detector <> 'rules-v1'
+                        and x.detector not like 'rules-%'
                         and (p_as_of is null or rt.tx_from <= p_as_of))
     )
     select
@@ -519,11 +567,11 @@ as $$
             -- the same words found twice (the rules and an LLM run, or two runs): the
             -- rule detector's statement stands for them, else the first one recorded
             (select o.statement_id from vis as o
-             where v.detector <> 'rules-v1' and o.revision_id = v.revision_id
+             where v.detector not like 'rules-%' and o.revision_id = v.revision_id
                    and o.statement_id <> v.statement_id
                    and o.char_start < v.char_end and v.char_start < o.char_end
-                   and (o.detector = 'rules-v1' or o.statement_id < v.statement_id)
-             order by o.detector <> 'rules-v1', o.statement_id
+                   and (o.detector like 'rules-%' or o.statement_id < v.statement_id)
+             order by o.detector not like 'rules-%', o.statement_id
              limit 1)
         ) as superseded_by
     from vis as v
@@ -551,7 +599,7 @@ as $$
 The standing statements (instructions, preferences, constraints) of the
 revisions projected into CONTEXT (a recall, extraction or standing context
 IRI; null: every revision), found by the rule detector (donto.project_standing,
-x_standing.detector rules-v1) or by an LLM extraction run (standing claims,
+x_standing.detector rules-v1, rules-v2, ...) or by an LLM extraction run (standing claims,
 donto._standing_from_claims, llm-v1), as the database knew them at AS_OF
 (recorded by then, not retracted by then, nor the claim an LLM one was made
 from), in the order they were said. SUPERSEDED_BY is the first later
@@ -741,8 +789,9 @@ comment on column donto.x_standing.subject_key is
 comment on column donto.x_standing.turn_seq is
 'The turn (donto.turn.seq of the revision) the statement was said in.';
 comment on column donto.x_standing.detector is
-'What found the statement: rules-v1 (the rule detector, donto_pg.core.standing) or llm-v1 (a '
-'standing claim of an LLM extraction run, donto._standing_from_claims).';
+'What found the statement: rules-v<n> (the rule detector, donto_pg.core.standing, of that '
+'version: donto.standing_rules()) or llm-v1 (a standing claim of an LLM extraction run, '
+'donto._standing_from_claims).';
 comment on column donto.x_standing_vector.embedding is
 'The statement text''s vector under the model (for recall''s standing slots).';
 comment on column donto.x_standing_condition_vector.embedding is

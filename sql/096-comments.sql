@@ -717,9 +717,9 @@ comment on function donto._session_owns_schema() is
 
 comment on function donto._acts_for(text) is
 'Whether this session may add to a run, gate, summary or turn table of login P_LOGIN: it is '
-'that login, or both are members of the schema''s owner (null, or no role of this server, '
-'counts as the owner).';
+'that login, or both are members of the schema''s owner (null counts as the owner''s, a login '
+'that is no role here as nobody''s); never null.';
 
 comment on function donto._scoped_key(text) is
 'An idempotency key as this session''s login files it: unchanged for the schema''s owner, '
-'else with the login appended.';
+'else behind the login (quoted).';

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 __all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "condition", "detect",
            "sentences", "subject_key"]
 
-RULES_VERSION = "rules-v1"
+RULES_VERSION = "rules-v2"
 KINDS = ("instruction", "preference", "constraint")
 #: Sentences longer than this are not standing statements (a long sentence is a story).
 MAX_CHARS = 400
@@ -64,6 +64,7 @@ _CONSTRAINT = re.compile(
     r"|travel|work on|exceed)"
     r"|my (?:budget|limit|deadline) is|i only have|no more than|not more than|at most)\b", re.I)
 _QUESTION = re.compile(r"\?\s*$")
+_REQUEST = re.compile(r"\b(?:can|could|will|would) you\b|\bplease\b", re.I)
 
 _STOP = frozenset("""
 a an the and or but so if then than that this these those of to in on at by for from with without
@@ -155,8 +156,11 @@ def _content(text: str) -> list[str]:
 def _kind(sentence: str) -> str | None:
     s = sentence.replace("\u2019", "'")
     if any(p.search(s) for p in _INSTRUCTION):
-        # "Should I always ...?" is a question about the user's own habits, not an order.
-        if _QUESTION.search(s) and not re.search(_ASK, s, re.I):
+        # "Should I always ...?" is a question about the user's own habits, not an order;
+        # "what if I need a break?" asks about a case, it does not set a rule. A question
+        # is an instruction only when it asks the assistant for something from then on
+        # ("When I ask about X, can you always ...?").
+        if _QUESTION.search(s) and not (re.search(_ASK, s, re.I) and _REQUEST.search(s)):
             return None
         return "instruction"
     if _PREFERENCE.search(s):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from donto_pg.core.standing import condition, detect, subject_key
+from donto_pg.core.standing import (
+    RULES_VERSION,  # noqa: F401 - donto.standing_rules() reads it
+    condition,
+    detect,
+    subject_key,
+)
 from donto_pg.server.revision import revision_body, turn_rows
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 
 import psycopg
 import pytest
 
 from donto_pg import beam, loader
+from donto_pg.core import standing
 from donto_pg.embed import embed_pending, embed_standing, register_model
 from tests.conftest import run_cli, write_chat
 
@@ -470,3 +472,47 @@ def test_standing_statements_come_once_after_append_turns(db, tmp_path) -> None:
     # as of before the append: the old revision's statements, once each
     assert _recall_standing(db, q, as_of=t0) == before
 
+
+
+def test_newer_rules_replace_what_older_rules_found(db, tmp_path) -> None:
+    """A revision projected by an older rules version (rules-v1 read "what if I need a
+    break?" as an instruction) is projected again by the current rules: what the old ones
+    found is retracted (as_of before still sees it), the current findings stand."""
+    rev = _load(db, tmp_path, [SESSION1, SESSION2])
+    rules = db.execute("select donto.standing_rules()").fetchone()[0]
+    assert rules == standing.RULES_VERSION and rules != "rules-v1"
+    # what a rules-v1 projection of this revision left behind (written as it was stored)
+    ctx, doc = db.execute("select p.context_id, r.document_id from donto.projection p "
+                          "join donto.revision r using (revision_id) where p.revision_id = %s "
+                          "and p.kind = 'standing'", (rev,)).fetchone()
+    old = db.execute("insert into donto.projection (revision_id, kind, strategy, context_id) "
+                     "values (%s, 'standing', 'rules-v1', %s) returning projection_id",
+                     (rev, ctx)).fetchone()[0]
+    body = _body(db, rev)
+    start = body.index("How long should the batter rest?")
+    sid = db.execute(
+        "insert into donto.statement (subject, predicate, object_lit, context_id, document_id, "
+        "derived_from_revision, char_start, char_end) values ('standing:old', "
+        "'mem:standing/instruction', '{\"v\": \"How long should the batter rest?\", "
+        "\"subject\": \"batter rest\"}', %s, %s, %s, %s, %s) returning statement_id",
+        (ctx, doc, rev, start, start + 32)).fetchone()[0]
+    db.execute("insert into donto.x_standing (statement_id, projection_id, revision_id, ord, "
+               "kind, subject_key, turn_seq, turn_id, char_start, char_end, detector) "
+               "values (%s, %s, %s, 0, 'instruction', 'batter rest', 4, 4, %s, %s, "
+               "'rules-v1')", (sid, old, rev, start, start + 32))
+    db.commit()
+    between = db.execute("select clock_timestamp()").fetchone()[0]
+    time.sleep(0.01)
+    db.commit()
+    # the current rules' projection exists already: asking again retracts the old findings
+    assert db.execute("select donto.project_standing(%s)", (rev,)).fetchone()[0] == 3
+    db.commit()
+    reason = db.execute("select reason from donto.retraction where statement_id = %s",
+                        (sid,)).fetchone()
+    assert reason == (f"superseded: standing rules {rules} replace rules-v1",)
+    assert [r[3] for r in _standing(db)] == [METRIC, VEGGIE, IMPERIAL]
+    assert "How long should the batter rest?" in [r[3] for r in _standing(db, between)]
+    before = db.execute("select count(*) from donto.retraction").fetchone()[0]
+    db.execute("select donto.project_standing(%s)", (rev,))
+    assert db.execute("select count(*) from donto.retraction").fetchone()[0] == before
+    db.commit()

@@ -243,15 +243,115 @@ def test_a_writer_cannot_decide_the_owners_ab_gate(db, logins):
     db.commit()
 
 
-def test_rows_of_no_known_login_are_the_owners(db, logins):
-    """Null (filed before 026) and a login that is no role here (a dump restored from a
-    server whose owner had another name) count as the owner's; a writer's do not."""
+def test_rows_of_no_known_login_are_the_owners_only_when_null(db, logins):
+    """Null (filed before 026) counts as the owner's, for the owner and for nobody else; a
+    login that is no role here (a dropped writer) is nobody's, so a dropped writer's
+    summaries never become the owner's. _acts_for is never null: `if not null` would let a
+    writer through."""
     writer, as_writer = logins()
     other, _ = logins()
-    ask = "select donto._acts_for(null), donto._acts_for('ghost_of_a_restore'), " \
+    ask = "select donto._acts_for(null), donto._acts_for('ghost_of_a_dropped_role'), " \
           "donto._acts_for(%s), donto._acts_for(%s), donto._acts_for(%s)"
     args = (writer, other, db.info.user)
-    assert db.execute(ask, args).fetchone() == (True, True, False, False, True)
+    assert db.execute(ask, args).fetchone() == (True, False, False, False, True)
     db.commit()
     w = as_writer()
     assert w.execute(ask, args).fetchone() == (False, False, True, False, False)
+    w.commit()
+
+
+def legacy_run(db, key: str, login: str | None) -> int:
+    """An extraction run as an older version, or another server, left it: LOGIN (null
+    before 026) and KEY as given."""
+    run = db.execute("select run_id from donto.start_extraction_run(%s, '{}', null, %s)",
+                     (BASELINE, key)).fetchone()[0]
+    legacy = db.execute(
+        "insert into donto.extraction_run (run_key, label, is_baseline, providers, model, "
+        "templates, params, login_role) select %s, label, is_baseline, providers, model, "
+        "templates, params, %s from donto.extraction_run where run_id = %s returning run_id",
+        (key, login, run)).fetchone()[0]
+    db.commit()
+    return legacy
+
+
+def test_a_writer_cannot_add_to_a_run_from_before_026(db, logins):
+    pre026 = legacy_run(db, "legacy-key", None)
+    restored = legacy_run(db, "restored-key", "owner_on_the_old_server")
+    dropped = legacy_run(db, '"dropped_writer" some-key', "dropped_writer")
+    _, as_writer = logins()
+    w = as_writer()
+    for run in (pre026, restored, dropped):
+        with pytest.raises(errors.InsufficientPrivilege, match="was started by"):
+            w.execute("select donto.record_extraction_event(%s, 'finished')", (run,))
+        w.rollback()
+    # the owner adds to its own: null, and an owner's key (no login in front) whose login
+    # is no role here (a dump restored onto a server where the owner has another name)
+    for run in (pre026, restored):
+        assert db.execute("select donto.record_extraction_event(%s, 'resumed')",
+                          (run,)).fetchone()[0] > 0
+    db.commit()
+    with pytest.raises(errors.InsufficientPrivilege):
+        db.execute("select donto.record_extraction_event(%s, 'resumed')", (dropped,))
+    db.rollback()
+
+
+def test_the_owner_completes_a_text_a_writer_registered_first(db, logins):
+    """A writer who registers a text (no turn table, no questions) under a document first
+    does not stop the owner's load of it; the owner is told whose revision it is. A writer
+    records no questions on a revision it did not register."""
+    writer, as_writer = logins()
+    w = as_writer()
+    rev = w.execute("select donto.register_revision('test:prov/first', %s)",
+                    (BODY,)).fetchone()[0]
+    w.commit()
+    assert db.execute("select donto.record_turns(%s, %s::jsonb)",
+                      (rev, json.dumps(turns(BODY)))).fetchone()[0] == 4
+    db.commit()
+    from donto_pg import loader
+
+    warning = loader.registered_by_another(db, rev)
+    assert warning and f"registered by {writer}, not by this login" in warning
+    assert loader.registered_by_another(w, rev) is None
+    question = json.dumps([{"ability": "information_extraction", "index": 0,
+                            "question": "Where did I move?", "answer": "Berlin",
+                            "gold": [[0]]}])
+    owners = owners_conversation(db, "test:prov/questions")
+    with pytest.raises(errors.InsufficientPrivilege, match="its questions are theirs"):
+        w.execute("select donto.record_questions(%s, %s::jsonb)", (owners, question))
+    w.rollback()
+    assert db.execute("select donto.record_questions(%s, %s::jsonb)",
+                      (owners, question)).fetchone()[0] == 1
+    db.commit()
+    # the same questions again (a writer's load of the same conversation) change nothing
+    assert w.execute("select donto.record_questions(%s, %s::jsonb)",
+                     (owners, question)).fetchone()[0] == 1
+    w.commit()
+
+
+def test_a_writer_cannot_take_the_result_key_the_owners_ab_looks_up(db, logins):
+    rev = owners_conversation(db, "test:prov/ab-result")
+    model = db.execute("select donto.ensure_embedding_model('prov-r', 'test', 3)").fetchone()[0]
+    db.execute("select donto.ab_register_arm('fixed-1200', 'fixed')")
+    gate_args = ("gate-key-r", [rev], "[]", 10, model, "hybrid", 0)
+    gate = db.execute("select donto.ab_record_gate(%s, %s, %s::jsonb, %s, %s, %s, %s)",
+                      gate_args).fetchone()[0]
+    run = db.execute("select run_id from donto.start_extraction_run(%s, '{}', null, null)",
+                     (BASELINE,)).fetchone()[0]
+    db.commit()
+    _, as_writer = logins()
+    w = as_writer()
+    w_gate = w.execute("select donto.ab_record_gate(%s, %s, %s::jsonb, %s, %s, %s, %s)",
+                       gate_args).fetchone()[0]
+    w_run = w.execute("select run_id from donto.start_extraction_run(%s, '{}', null, null)",
+                      (BASELINE,)).fetchone()[0]
+    record = ("select donto.ab_record_result('the-owners-key', %s, 'fixed-1200', %s, "
+              "'rejected', 0, '{}', 'rejected before the recall pass')")
+    w_result = w.execute(record, (w_gate, w_run)).fetchone()[0]
+    w.commit()
+    # what the owner's donto-pg ab looks up finds nothing of the writer's
+    assert db.execute("select result_id from donto.ab_result where result_key = "
+                      "donto._scoped_key('the-owners-key') and gate_id = %s",
+                      (gate,)).fetchone() is None
+    result = db.execute(record, (gate, run)).fetchone()[0]
+    db.commit()
+    assert result != w_result

@@ -14,6 +14,7 @@ from donto_pg.core.standing import MAX_CHARS, condition, detect, sentences, subj
     ("From now on, reply in French.", "instruction"),
     ("Whenever I mention a deadline, add it to the timeline.", "instruction"),
     ("Please always give me the exact dates.", "instruction"),
+    ("When I ask about recipes, can you always list the calories?", "instruction"),
     ("I prefer using positive reinforcement to motivate Scott.", "preference"),
     ("I'd rather take the train than fly.", "preference"),
     ("I'm allergic to peanuts.", "constraint"),
@@ -27,6 +28,10 @@ def test_standing_sentences_are_found_with_their_kind(text: str, kind: str) -> N
 @pytest.mark.parametrize("text", [
     "What is a good pancake recipe?",
     "Should I always wake up at six?",
+    # a question about a case, not a rule (rules-v1 took these for instructions)
+    "hmm, what if I want to add more tables later on?",
+    "What if I need a break from the course for a week?",
+    "What should I do if I need help outside office hours?",
     "That sounds great, thanks for the help.",
     "I went to the market yesterday and bought apples.",
 ])
