@@ -98,15 +98,19 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-_IRI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:.")
+_IRI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _iri(value: Any) -> str:
-    """A document IRI as donto.register_revision takes a new one: it starts with a scheme
-    (``chat:``, ``file:``), which keeps the context names made from it one-to-one."""
+    """A document IRI as donto.register_revision takes a new one: a scheme (``chat:``,
+    ``file:``), which keeps the context names made from it one-to-one, then what it names;
+    no control characters; at most 2,000 characters."""
     iri = _text(value, "the document IRI")
-    if not _IRI.match(iri):
-        raise InputError(f"{iri!r} is not an IRI: it must start with a scheme",
+    if not _IRI.match(iri) or _CONTROL.search(iri) or len(iri) > 2000:
+        raise InputError(f"{iri[:200]!r} is not a document IRI: it must start with a scheme "
+                         "and name something after it (no control characters, at most 2,000 "
+                         "characters)",
                          fix="name the document like chat:alice/1 or file:/path/to/chat.json")
     return iri
 

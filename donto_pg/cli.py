@@ -64,7 +64,7 @@ def progress_enabled() -> bool:
     output), when that is a terminal or DONTO_PROGRESS=1 asks for it."""
     forced = os.environ.get("DONTO_PROGRESS")
     if forced is not None:
-        return forced not in ("", "0")
+        return forced.strip().lower() not in ("", "0", "false", "no", "off")
     return sys.stderr.isatty()
 
 
@@ -282,10 +282,6 @@ def load_beam(
         else:
             who = "" if r.conversation == "?" else f"{r.conversation}: "
             typer.secho(f"{who}FAILED: {r.error}", fg=typer.colors.RED, err=True)
-            if "missing field" in (r.error or ""):
-                typer.echo("  fix: load-beam reads BEAM's layout (chat.json: batches of "
-                           "turns); a chat log of {role, content} messages is loaded with "
-                           "`donto-pg add FILE`", err=True)
         for w in r.warnings:
             typer.echo(f"  warning: {w}", err=True)
         shown = r.skipped if _DEBUG else r.skipped[:3]
@@ -295,6 +291,10 @@ def load_beam(
             typer.echo(f"  ... and {len(r.skipped) - len(shown)} more skipped questions "
                        "(--json or --debug lists them all)", err=True)
 
+    if _looks_like_a_chat_log(path):
+        raise InputError(f"{path}: a chat log of {{role, content}} messages, not BEAM data",
+                         fix="load it with `donto-pg add FILE`; load-beam reads BEAM's layout "
+                             "(chat.json: batches of turns)")
     with connect(dsn) as conn:
         try:
             results = loader.load_beam(conn, path, scale=scale, conversations=conversation,
@@ -372,7 +372,10 @@ def add(
             except UnicodeDecodeError as exc:
                 raise InputError(f"{file}: not UTF-8 text", str(exc)) from exc
             rev = api.add_text(conn, body, iri, embed=not no_embed, model=model)
+        other = loader.registered_by_another(conn, rev)
         sup = loader.supersession(conn, rev, before)
+    if other:
+        typer.echo(f"warning: {other}", err=True)
     answering = sup.pop("answering_revision")
     data = {"document": iri, "revision_id": rev, "kind": "conversation" if chat else "text",
             "superseded": sup, "answering_revision": answering}
@@ -397,6 +400,21 @@ def _model_name(model: str) -> str:
     from donto_pg.core import encoder
 
     return encoder.resolve(model)[0]
+
+
+def _looks_like_a_chat_log(path: str) -> bool:
+    """Whether PATH is a JSON file whose opening reads as a chat log (a list of messages,
+    or an object with "messages"), which `add` loads, rather than BEAM's batches. Reads
+    only its first 4 KB."""
+    import re
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file() or p.suffix.lower() not in (".json", ".jsonl"):
+        return False
+    with p.open("rb") as f:
+        head = f.read(4096).decode("utf-8", "replace")
+    return bool(re.match(r'\s*(?:\[\s*\{\s*"(?:role|content)"|\{\s*"(?:messages|role)")', head))
 
 
 def _embed(conn, model, *, context, batch=16, page=1024, chunks=True):
@@ -475,6 +493,10 @@ def recall(
 
     if len(recall_arms(arms)) != 1:
         raise fail(f"--arms {arms}: recall takes one arm", fix="use vector, lexical or hybrid")
+    for name, given in (("-c/--conversation", conversation), ("--context", context)):
+        if given is not None and not given.strip():
+            raise InputError(f"{name} is empty", fix="name a conversation or context, or leave "
+                                                      "it out to search every context")
     with connect(dsn) as conn:
         if conversation:
             context = loader.recall_context(conn, conversation)

@@ -161,6 +161,7 @@ class Recorded:
     chunks: int
     appended: bool = False
     standing: int = 0
+    registered_by_another: str | None = None  # a warning: the revision is another login's
 
 
 def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: str,
@@ -200,8 +201,9 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
         new = existed is None and conn.execute(
             "select registered_at = now() from donto.revision where revision_id = %s",
             (rev,)).fetchone()[0]
+        other = registered_by_another(conn, rev)
     return Recorded(rev, new, len(body), turns, questions, chunks, appended,
-                    standing)
+                    standing, other)
 
 
 def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
@@ -219,10 +221,9 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
         res.revision_id, res.new_revision, res.chars = rec.revision_id, rec.new_revision, rec.chars
         res.turns, res.questions, res.chunks = rec.turns, rec.questions, rec.chunks
         res.appended, res.standing = rec.appended, rec.standing
+        if rec.registered_by_another:
+            res.warnings.append(rec.registered_by_another)
         res.ok = True
-        other = registered_by_another(conn, rec.revision_id)
-        if other:
-            res.warnings.append(other)
     except psycopg.Error as exc:
         res.error = f"{conv.conversation_id}: {from_database(exc)}"
     except (DontoError, ValueError, RecursionError) as exc:
@@ -233,11 +234,11 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
 def registered_by_another(conn: psycopg.Connection, revision_id: int) -> str | None:
     """A warning when REVISION_ID (the text just loaded) was registered by a login other
     than this session's: documents are not owned per role, so its turn table, questions
-    and projections are that login's (``donto.revision.login_role``)."""
+    and projections are that login's (``donto.revision.login_role``). Runs in the caller's
+    transaction."""
     row = conn.execute("select r.login_role from donto.revision as r where r.revision_id = %s "
                        "and r.login_role <> session_user", (revision_id,)
                        ).fetchone()
-    conn.commit()
     if row is None:
         return None
     return (f"revision {revision_id}, this text, was registered by {row[0]}, not by this login: "

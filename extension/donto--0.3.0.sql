@@ -1290,10 +1290,14 @@ begin
     -- digits, + - .), so that the contexts named after it (<scheme>/<rest>, the first
     -- ':' made '/') are its own: 'beam/100K/1' or 'beam/100K:1' would name those of
     -- beam:100K/1. Documents registered before keep their IRIs.
+    -- It has no control characters, and at most 2,000 characters (an index entry).
     if not exists (select 1 from donto.document as d where d.iri = document_iri)
-       and document_iri !~ '^[A-Za-z][A-Za-z0-9+.-]*:.' then
-        raise exception 'donto.register_revision: % is not an IRI (it must start with a '
-            'scheme, such as chat: or file:)', pg_catalog.quote_literal(document_iri)
+       and (document_iri !~ '^[A-Za-z][A-Za-z0-9+.-]*:[^[:space:][:cntrl:]]'
+            or document_iri ~ '[[:cntrl:]]' or pg_catalog.char_length(document_iri) > 2000)
+    then
+        raise exception 'donto.register_revision: % is not a document IRI (a scheme such as '
+            'chat: or file:, then what it names; no control characters; at most 2,000 '
+            'characters)', pg_catalog.quote_literal(pg_catalog.left(document_iri, 200))
             using errcode = '22023', hint = 'For example chat:alice/1.';
     end if;
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;
@@ -5850,9 +5854,9 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-The verdict of arm ARM on gate GATE_ID (default: the latest gate the arm was measured
-on), from its latest result there and the gate's fixed-1,200 baseline, by
-donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
+The verdict of arm ARM on gate GATE_ID (default: the latest gate this session's login
+measured the arm on, donto._acts_for; never another login's), from its latest result
+there and the gate's fixed-1,200 baseline, by donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
 */
     select
         a.name, r.gate_id, r.result_id, r.run_id, r.stage,
@@ -5882,7 +5886,8 @@ donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
     where a.name = $1
           and r.gate_id = coalesce($2, (
               select r2.gate_id from donto.ab_result as r2
-              where r2.arm_id = a.arm_id order by r2.result_id desc limit 1))
+              where r2.arm_id = a.arm_id and donto._acts_for(r2.login_role)
+              order by r2.result_id desc limit 1))
     order by r.result_id desc
     limit 1;
 $$;
@@ -7194,17 +7199,19 @@ comment on function donto._standing_detect(bigint) is
 
 create or replace function donto.standing_rules()
 returns text
-language plpython3u
-stable
+language sql
+immutable
+parallel safe
 set search_path to pg_catalog, pg_temp
-as $py$
-if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].standing.RULES_VERSION
-$py$;
+as $$
+/* The version of the rule-based detector: donto_pg.core.standing.RULES_VERSION, which
+   donto._standing_detect runs (tests/db/test_standing.py checks that they agree). */
+    select 'rules-v2'::text;
+$$;
 
 comment on function donto.standing_rules() is
-'The version of the rule-based detector installed (donto_pg.core.standing.RULES_VERSION, '
-'e.g. rules-v2): the strategy of the standing projections donto.project_standing makes now.';
+'The version of the rule-based detector (donto_pg.core.standing.RULES_VERSION, rules-v2): the '
+'strategy of the standing projections donto.project_standing makes now.';
 
 create or replace function donto.standing_context_iri(p_document_iri text)
 returns text
@@ -7229,16 +7236,21 @@ volatile
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Retract what an older version of the rule detector found in revision P_REVISION_ID in
-context P_CONTEXT_ID ('superseded: standing rules <P_RULES> replace <older>'): the
-current rules' statements replace them. Returns how many it retracted.
+Retract what an older version of the rule detector (rules-v<n>, n below P_RULES's) found
+in context P_CONTEXT_ID in revision P_REVISION_ID or a revision of its lineage (the ones
+it extends, donto.revision_lineage: the current rules' projection of the longer text
+covers them) ('superseded: standing rules <P_RULES> replace <older>'). A newer version's
+statements are never touched: a session running older rules retracts nothing. Returns
+how many it retracted.
 */
     select pg_catalog.count(donto.retract(x.statement_id, pg_catalog.format(
         'superseded: standing rules %s replace %s', p_rules, p.strategy)))::integer
     from donto.x_standing as x
     inner join donto.projection as p on x.projection_id = p.projection_id
-    where x.revision_id = p_revision_id and p.context_id = p_context_id
-          and p.kind = 'standing' and p.strategy like 'rules-%' and p.strategy <> p_rules
+    where x.revision_id in (select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
+          and p.context_id = p_context_id and p.kind = 'standing'
+          and pg_catalog.substring(p.strategy, '^rules-v([0-9]+)$')::integer
+          < pg_catalog.substring(p_rules, '^rules-v([0-9]+)$')::integer
           and not exists (select 1 from donto.retraction as r
                           where r.statement_id = x.statement_id);
 $$;

@@ -59,10 +59,14 @@ begin
     -- digits, + - .), so that the contexts named after it (<scheme>/<rest>, the first
     -- ':' made '/') are its own: 'beam/100K/1' or 'beam/100K:1' would name those of
     -- beam:100K/1. Documents registered before keep their IRIs.
+    -- It has no control characters, and at most 2,000 characters (an index entry).
     if not exists (select 1 from donto.document as d where d.iri = document_iri)
-       and document_iri !~ '^[A-Za-z][A-Za-z0-9+.-]*:.' then
-        raise exception 'donto.register_revision: % is not an IRI (it must start with a '
-            'scheme, such as chat: or file:)', pg_catalog.quote_literal(document_iri)
+       and (document_iri !~ '^[A-Za-z][A-Za-z0-9+.-]*:[^[:space:][:cntrl:]]'
+            or document_iri ~ '[[:cntrl:]]' or pg_catalog.char_length(document_iri) > 2000)
+    then
+        raise exception 'donto.register_revision: % is not a document IRI (a scheme such as '
+            'chat: or file:, then what it names; no control characters; at most 2,000 '
+            'characters)', pg_catalog.quote_literal(pg_catalog.left(document_iri, 200))
             using errcode = '22023', hint = 'For example chat:alice/1.';
     end if;
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;

@@ -765,9 +765,9 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-The verdict of arm ARM on gate GATE_ID (default: the latest gate the arm was measured
-on), from its latest result there and the gate's fixed-1,200 baseline, by
-donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
+The verdict of arm ARM on gate GATE_ID (default: the latest gate this session's login
+measured the arm on, donto._acts_for; never another login's), from its latest result
+there and the gate's fixed-1,200 baseline, by donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
 */
     select
         a.name, r.gate_id, r.result_id, r.run_id, r.stage,
@@ -797,7 +797,8 @@ donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
     where a.name = $1
           and r.gate_id = coalesce($2, (
               select r2.gate_id from donto.ab_result as r2
-              where r2.arm_id = a.arm_id order by r2.result_id desc limit 1))
+              where r2.arm_id = a.arm_id and donto._acts_for(r2.login_role)
+              order by r2.result_id desc limit 1))
     order by r.result_id desc
     limit 1;
 $$;

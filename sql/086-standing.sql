@@ -21,17 +21,19 @@ comment on function donto._standing_detect(bigint) is
 
 create or replace function donto.standing_rules()
 returns text
-language plpython3u
-stable
+language sql
+immutable
+parallel safe
 set search_path to pg_catalog, pg_temp
-as $py$
-if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
-return GD['donto_pg'].standing.RULES_VERSION
-$py$;
+as $$
+/* The version of the rule-based detector: donto_pg.core.standing.RULES_VERSION, which
+   donto._standing_detect runs (tests/db/test_standing.py checks that they agree). */
+    select 'rules-v2'::text;
+$$;
 
 comment on function donto.standing_rules() is
-'The version of the rule-based detector installed (donto_pg.core.standing.RULES_VERSION, '
-'e.g. rules-v2): the strategy of the standing projections donto.project_standing makes now.';
+'The version of the rule-based detector (donto_pg.core.standing.RULES_VERSION, rules-v2): the '
+'strategy of the standing projections donto.project_standing makes now.';
 
 create or replace function donto.standing_context_iri(p_document_iri text)
 returns text
@@ -56,16 +58,21 @@ volatile
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Retract what an older version of the rule detector found in revision P_REVISION_ID in
-context P_CONTEXT_ID ('superseded: standing rules <P_RULES> replace <older>'): the
-current rules' statements replace them. Returns how many it retracted.
+Retract what an older version of the rule detector (rules-v<n>, n below P_RULES's) found
+in context P_CONTEXT_ID in revision P_REVISION_ID or a revision of its lineage (the ones
+it extends, donto.revision_lineage: the current rules' projection of the longer text
+covers them) ('superseded: standing rules <P_RULES> replace <older>'). A newer version's
+statements are never touched: a session running older rules retracts nothing. Returns
+how many it retracted.
 */
     select pg_catalog.count(donto.retract(x.statement_id, pg_catalog.format(
         'superseded: standing rules %s replace %s', p_rules, p.strategy)))::integer
     from donto.x_standing as x
     inner join donto.projection as p on x.projection_id = p.projection_id
-    where x.revision_id = p_revision_id and p.context_id = p_context_id
-          and p.kind = 'standing' and p.strategy like 'rules-%' and p.strategy <> p_rules
+    where x.revision_id in (select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
+          and p.context_id = p_context_id and p.kind = 'standing'
+          and pg_catalog.substring(p.strategy, '^rules-v([0-9]+)$')::integer
+          < pg_catalog.substring(p_rules, '^rules-v([0-9]+)$')::integer
           and not exists (select 1 from donto.retraction as r
                           where r.statement_id = x.statement_id);
 $$;

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from donto_pg.core.standing import (
-    RULES_VERSION,  # noqa: F401 - donto.standing_rules() reads it
-    condition,
-    detect,
-    subject_key,
-)
+from donto_pg.core.standing import RULES_VERSION, condition, detect, subject_key
 from donto_pg.server.revision import revision_body, turn_rows
 
 
 def standing_rows(plpy, revision_id: int) -> list[tuple]:
     """Rows (ord, kind, subject_key, turn_seq, turn_id, char_start, char_end, text, said_on)
-    of ``donto._standing_detect``: the detector run over every user turn of a revision."""
+    of ``donto._standing_detect``: the detector run over every user turn of a revision.
+
+    Refused (55000) when this backend's detector is not the version the schema names
+    (``donto.standing_rules()``): a backend that loaded another donto_pg (before a
+    migrate, or another ``donto.python_path``) would label its findings wrongly."""
+    schema = plpy.execute("select donto.standing_rules() as v")[0]["v"]
+    if schema != RULES_VERSION:
+        plpy.error(f"donto.project_standing: this server's donto_pg detects standing "
+                   f"statements with {RULES_VERSION}, the schema names {schema}",
+                   hint="reconnect (a backend keeps the donto_pg it loaded first), or run "
+                        "donto-pg migrate with the donto_pg the server uses",
+                   sqlstate="55000")
     body = revision_body(plpy, revision_id)
     out: list[tuple] = []
     for t in turn_rows(plpy, revision_id):

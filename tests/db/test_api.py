@@ -132,7 +132,8 @@ def test_add_text_recalls_but_does_not_extract(db):
     with pytest.raises(InputError, match="empty"):
         api.add_text(db, "  \n", "doc:empty")
     # a document IRI starts with a scheme (the context names made from it stay its own)
-    for iri in ("notes", "beam/100K/1", "beam/100K:1"):
+    for iri in ("notes", "beam/100K/1", "beam/100K:1", "chat:", "chat:\nx", "chat:a\x07",
+                "chat:" + "x" * 2000):
         with pytest.raises(InputError, match="must start with a scheme"):
             api.add_text(db, text, iri)
         with pytest.raises(InputError, match="must start with a scheme"):

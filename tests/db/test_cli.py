@@ -73,11 +73,16 @@ def test_load_beam_embeds_the_conversations_it_loads_only(db, tmp_path):
 
 
 def test_load_beam_on_a_chat_log_points_at_add(db, tmp_path):
-    (tmp_path / "chat.json").write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    """Once, before anything is loaded (a 500-message log printed 1,001 lines)."""
+    logs = {"list.json": [{"role": "user", "content": f"hi {i}"} for i in range(500)],
+            "object.json": {"messages": [{"role": "user", "content": "hi"}]}}
     db.commit()
-    r = run_cli(db, "load-beam", str(tmp_path / "chat.json"), "--no-embed")
-    assert r.returncode == 1
-    assert "missing field" in r.stderr and "`donto-pg add FILE`" in r.stderr
+    for name, data in logs.items():
+        (tmp_path / name).write_text(json.dumps(data, indent=2))
+        r = run_cli(db, "load-beam", str(tmp_path / name), "--no-embed")
+        assert r.returncode == 1, r.stderr
+        assert "a chat log of {role, content} messages, not BEAM data" in r.stderr
+        assert "`donto-pg add FILE`" in r.stderr and len(r.stderr.splitlines()) == 2
 
 
 def test_a_projection_error_in_the_servers_python_is_a_clean_22023(db, tmp_path):

@@ -474,45 +474,90 @@ def test_standing_statements_come_once_after_append_turns(db, tmp_path) -> None:
 
 
 
-def test_newer_rules_replace_what_older_rules_found(db, tmp_path) -> None:
-    """A revision projected by an older rules version (rules-v1 read "what if I need a
-    break?" as an instruction) is projected again by the current rules: what the old ones
-    found is retracted (as_of before still sees it), the current findings stand."""
-    rev = _load(db, tmp_path, [SESSION1, SESSION2])
-    rules = db.execute("select donto.standing_rules()").fetchone()[0]
-    assert rules == standing.RULES_VERSION and rules != "rules-v1"
-    # what a rules-v1 projection of this revision left behind (written as it was stored)
+def _plant(db, rev: int, rules: str, text: str) -> int:
+    """A statement as a projection by detector RULES left it (written as it was stored)."""
     ctx, doc = db.execute("select p.context_id, r.document_id from donto.projection p "
                           "join donto.revision r using (revision_id) where p.revision_id = %s "
                           "and p.kind = 'standing'", (rev,)).fetchone()
-    old = db.execute("insert into donto.projection (revision_id, kind, strategy, context_id) "
-                     "values (%s, 'standing', 'rules-v1', %s) returning projection_id",
-                     (rev, ctx)).fetchone()[0]
-    body = _body(db, rev)
-    start = body.index("How long should the batter rest?")
+    proj = db.execute("insert into donto.projection (revision_id, kind, strategy, context_id) "
+                      "values (%s, 'standing', %s, %s) returning projection_id",
+                      (rev, rules, ctx)).fetchone()[0]
+    start = _body(db, rev).index(text)
     sid = db.execute(
         "insert into donto.statement (subject, predicate, object_lit, context_id, document_id, "
-        "derived_from_revision, char_start, char_end) values ('standing:old', "
-        "'mem:standing/instruction', '{\"v\": \"How long should the batter rest?\", "
-        "\"subject\": \"batter rest\"}', %s, %s, %s, %s, %s) returning statement_id",
-        (ctx, doc, rev, start, start + 32)).fetchone()[0]
+        "derived_from_revision, char_start, char_end) values (%s, 'mem:standing/instruction', "
+        "jsonb_build_object('v', %s::text, 'subject', 'planted'), %s, %s, %s, %s, %s) "
+        "returning statement_id",
+        (f"standing:{rules}", text, ctx, doc, rev, start, start + len(text))).fetchone()[0]
     db.execute("insert into donto.x_standing (statement_id, projection_id, revision_id, ord, "
                "kind, subject_key, turn_seq, turn_id, char_start, char_end, detector) "
-               "values (%s, %s, %s, 0, 'instruction', 'batter rest', 4, 4, %s, %s, "
-               "'rules-v1')", (sid, old, rev, start, start + 32))
+               "values (%s, %s, %s, 0, 'instruction', 'planted', 4, 4, %s, %s, %s)",
+               (sid, proj, rev, start, start + len(text), rules))
     db.commit()
+    return sid
+
+
+def _retracted(db, sid: int):
+    row = db.execute("select reason from donto.retraction where statement_id = %s",
+                     (sid,)).fetchone()
+    db.commit()
+    return row and row[0]
+
+
+def test_newer_rules_replace_what_older_rules_found(db, tmp_path) -> None:
+    """A revision projected by an older rules version (rules-v1 read "what if I need a
+    break?" as an instruction) is projected again by the current rules: what the old ones
+    found is retracted (as_of before still sees it), the current findings stand; a newer
+    version's statements are never touched."""
+    rev = _load(db, tmp_path, [SESSION1, SESSION2])
+    rules = db.execute("select donto.standing_rules()").fetchone()[0]
+    assert rules == standing.RULES_VERSION and rules != "rules-v1"
+    old = _plant(db, rev, "rules-v1", "How long should the batter rest?")
+    newer = _plant(db, rev, "rules-v99", "What oven temperature works best?")
     between = db.execute("select clock_timestamp()").fetchone()[0]
     time.sleep(0.01)
     db.commit()
     # the current rules' projection exists already: asking again retracts the old findings
     assert db.execute("select donto.project_standing(%s)", (rev,)).fetchone()[0] == 3
     db.commit()
-    reason = db.execute("select reason from donto.retraction where statement_id = %s",
-                        (sid,)).fetchone()
-    assert reason == (f"superseded: standing rules {rules} replace rules-v1",)
-    assert [r[3] for r in _standing(db)] == [METRIC, VEGGIE, IMPERIAL]
+    assert _retracted(db, old) == f"superseded: standing rules {rules} replace rules-v1"
+    assert _retracted(db, newer) is None
+    in_force = [r[3] for r in _standing(db)]
+    assert "How long should the batter rest?" not in in_force
     assert "How long should the batter rest?" in [r[3] for r in _standing(db, between)]
     before = db.execute("select count(*) from donto.retraction").fetchone()[0]
     db.execute("select donto.project_standing(%s)", (rev,))
     assert db.execute("select count(*) from donto.retraction").fetchone()[0] == before
+    db.commit()
+
+
+def test_an_append_retracts_what_older_rules_found_in_the_base(db, tmp_path) -> None:
+    rev = _load(db, tmp_path, [SESSION1])
+    old = _plant(db, rev, "rules-v1", "How long should the batter rest?")
+    rev2 = loader.append_turns(db, "beam:100K/1", [
+        {"role": "user", "content": "Thanks, that helps."},
+        {"role": "assistant", "content": "Glad to help."}])
+    db.commit()
+    assert rev2 != rev
+    assert _retracted(db, old) == (f"superseded: standing rules {standing.RULES_VERSION} "
+                                   "replace rules-v1")
+
+
+def test_a_backend_with_other_rules_projects_nothing(db, connect) -> None:
+    """A backend whose donto_pg detects with another version than the schema names (one
+    that loaded its donto_pg before a migrate) is refused, and retracts nothing."""
+    rev = db.execute("select donto.register_revision('test:stale/rules', %s)",
+                     ("[user #0] Always answer in French.\n",)).fetchone()[0]
+    db.execute("select donto.record_turns(%s, %s::jsonb)", (rev, json.dumps([
+        {"seq": 0, "turn_id": 0, "role": "user", "header_start": 0, "char_start": 10,
+         "char_end": 33}])))
+    db.commit()
+    stale = connect()
+    stale.execute("select donto._py_boot()")
+    stale.execute("do $$ GD['donto_pg'].standing.RULES_VERSION = 'rules-v1' $$ "
+                  "language plpython3u")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="rules-v1"):
+        stale.execute("select donto.project_standing(%s)", (rev,))
+    stale.rollback()
+    assert db.execute("select donto.project_standing(%s)", (rev,)).fetchone()[0] == 1
     db.commit()

@@ -199,8 +199,9 @@ def test_what_a_writer_adds_to_the_owners_revision_names_the_writer(db, logins):
 def test_a_new_document_iri_starts_with_a_scheme(db, logins):
     _, as_writer = logins()
     w = as_writer()
-    for iri in ("beam/100K/1", "beam/100K:1", "notes", ":x", "1a:b", "chat:"):
-        with pytest.raises(errors.InvalidParameterValue, match="is not an IRI"):
+    for iri in ("beam/100K/1", "beam/100K:1", "notes", ":x", "1a:b", "chat:", "chat: x",
+                "chat:\nx", "chat:a\tb", "chat:" + "x" * 2000):
+        with pytest.raises(errors.InvalidParameterValue, match="is not a document IRI"):
             w.execute("select donto.register_revision(%s, 'squat')", (iri,))
         w.rollback()
     assert w.execute("select donto.register_revision('beam:100K/1', 'ok') > 0").fetchone()[0]
@@ -355,3 +356,12 @@ def test_a_writer_cannot_take_the_result_key_the_owners_ab_looks_up(db, logins):
     result = db.execute(record, (gate, run)).fetchone()[0]
     db.commit()
     assert result != w_result
+    # a writer's later result does not become the gate of the owner's verdict by default
+    w.execute("select donto.ab_record_result('later', %s, 'fixed-1200', %s, 'rejected', 0, "
+              "'{}', 'rejected before the recall pass')", (w_gate, w_run))
+    w.commit()
+    verdict = "select gate, result_id from donto.ab_verdict('fixed-1200')"
+    assert db.execute(verdict).fetchone() == (gate, result)
+    db.commit()
+    assert w.execute(verdict).fetchone()[0] == w_gate
+    w.commit()
