@@ -513,11 +513,15 @@ def recall(
             "arms => %s::text)",
             (query, k, context, arms)).fetchall()
         if arms != "lexical" and context is not None:
-            missing, total = conn.execute(_UNEMBEDDED, (context,)).fetchone()
+            missing, total, standing = conn.execute(_UNEMBEDDED, {"c": context}).fetchone()
             if missing:
                 typer.echo(f"note: {missing:,} of {total:,} chunks of {context} have no vector "
                            "yet, so the vector arm does not see them: run `donto-pg embed`",
                            err=True)
+            if standing and arms == "hybrid":
+                typer.echo(f"note: {standing:,} standing statement{'s' * (standing != 1)} in "
+                           f"force ha{'ve' if standing != 1 else 's'} no vector yet, so the "
+                           "standing block leaves them out: run `donto-pg embed`", err=True)
     keys = ["statement_id", "revision_id", "char_start", "char_end", "score", "valid_time",
             "text", "vector_rank", "lexical_rank", "place"]
     data = [dict(zip(keys, r, strict=True)) for r in rows]
@@ -535,15 +539,24 @@ def recall(
 
 
 # The recall chunks of a context that have no vector of any model (the vector arm's blind
-# spot until `donto-pg embed`), and all of them.
+# spot until `donto-pg embed`), all of them, and the current standing statements of its
+# revisions that have no vector (the standing block's).
 _UNEMBEDDED = """
 select count(*) filter (where not exists (select 1 from donto.embedding as e
                                           where e.statement_id = m.statement_id)),
-       count(*)
+       count(*),
+       (select count(*) from donto.x_standing as x
+        where x.revision_id in (select p2.revision_id from donto.projection as p2
+                                join donto.context as c2 on c2.context_id = p2.context_id
+                                where c2.iri = %(c)s)
+              and not exists (select 1 from donto.x_standing_vector as v
+                              where v.statement_id = x.statement_id)
+              and not exists (select 1 from donto.retraction as r
+                              where r.statement_id = x.statement_id))
 from donto.x_memory_record as m
 join donto.projection as p on p.projection_id = m.projection_id
 join donto.context as c on c.context_id = p.context_id
-where c.iri = %s
+where c.iri = %(c)s
 """
 
 

@@ -70,6 +70,14 @@ def test_load_beam_embeds_the_conversations_it_loads_only(db, tmp_path):
     r = run_cli(db, "recall", "Berlin", "-c", "1")
     assert r.returncode == 1 and "no context ctx:memory/episodic/beam/1" in r.stderr
     assert "fix: name a loaded conversation: -c 100K/13" in r.stderr
+    # and the standing block's: an instruction added without vectors
+    chat = tmp_path / "bob.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "Always answer me in French."},
+                                {"role": "assistant", "content": "D'accord."}]))
+    assert run_cli(db, "add", str(chat), "-d", "chat:bob/1", "--no-embed").returncode == 0
+    r = run_cli(db, "recall", "French", "-c", "chat:bob/1")
+    assert r.returncode == 0, r.stderr
+    assert "1 standing statement in force has no vector yet" in r.stderr
 
 
 def test_load_beam_on_a_chat_log_points_at_add(db, tmp_path):
