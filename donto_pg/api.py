@@ -98,19 +98,16 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-_IRI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1f\x7f]")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _iri(value: Any) -> str:
-    """A document IRI as donto.register_revision takes a new one: a scheme (``chat:``,
-    ``file:``), which keeps the context names made from it one-to-one, then what it names;
-    no control characters; at most 2,000 characters."""
+def _iri(conn: psycopg.Connection, value: Any) -> str:
+    """A document IRI as donto.register_revision takes a new one
+    (``donto._document_iri_fault``: a scheme, ``chat:`` or ``file:``, which keeps the
+    context names made from it one-to-one, then what it names)."""
     iri = _text(value, "the document IRI")
-    if not _IRI.match(iri) or _CONTROL.search(iri) or len(iri) > 2000:
-        raise InputError(f"{iri[:200]!r} is not a document IRI: it must start with a scheme "
-                         "and name something after it (no control characters, at most 2,000 "
-                         "characters)",
+    with conn.transaction():
+        fault = conn.execute("select donto._document_iri_fault(%s::text)",
+                             (iri,)).fetchone()[0]
+    if fault:
+        raise InputError(f"{iri[:200]!r} is not a document IRI: {fault}",
                          fix="name the document like chat:alice/1 or file:/path/to/chat.json")
     return iri
 
@@ -211,7 +208,7 @@ def add_conversation(conn: psycopg.Connection, messages: Sequence[Mapping[str, A
     ``donto-pg embed``). Idempotent: the same messages give the same revision and add
     nothing. Raises :class:`~donto_pg.errors.InputError` on a malformed message.
     """
-    conv = conversation(messages, _iri(document_iri))
+    conv = conversation(messages, _iri(conn, document_iri))
     meta_json = _meta(meta, "api")
     if embed:  # an unknown model fails here, before anything is stored
         from donto_pg.embed import register_model
@@ -240,7 +237,7 @@ def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: b
     ``donto.project_extraction`` says so. To extract from a document, give it to
     :func:`add_conversation` as messages (one per paragraph, say).
     """
-    _iri(document_iri)
+    _iri(conn, document_iri)
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"{document_iri}: the text is empty")
     loader.check_body(text, document_iri)

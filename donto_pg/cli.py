@@ -489,6 +489,7 @@ def recall(
     which I brought up ...") gets blocks of the user's own turns, several to a place.
     --json gives every row with its "place".
     """
+    from donto_pg import embed as embedmod
     from donto_pg import loader
 
     if len(recall_arms(arms)) != 1:
@@ -513,7 +514,7 @@ def recall(
             "arms => %s::text)",
             (query, k, context, arms)).fetchall()
         if arms != "lexical" and context is not None:
-            missing, total, standing = conn.execute(_UNEMBEDDED, {"c": context}).fetchone()
+            missing, total, standing = embedmod.unembedded(conn, context)
             if missing:
                 typer.echo(f"note: {missing:,} of {total:,} chunks of {context} have no vector "
                            "yet, so the vector arm does not see them: run `donto-pg embed`",
@@ -536,28 +537,6 @@ def recall(
                else f"(vec {vec}, lex {lex}) score")
         snippet = " ".join(d["text"].split())[:160]
         typer.echo(f"{number} {where} {how} {d['score']:.4f} {d['valid_time']}\n    {snippet}")
-
-
-# The recall chunks of a context that have no vector of any model (the vector arm's blind
-# spot until `donto-pg embed`), all of them, and the current standing statements of its
-# revisions that have no vector (the standing block's).
-_UNEMBEDDED = """
-select count(*) filter (where not exists (select 1 from donto.embedding as e
-                                          where e.statement_id = m.statement_id)),
-       count(*),
-       (select count(*) from donto.x_standing as x
-        where x.revision_id in (select p2.revision_id from donto.projection as p2
-                                join donto.context as c2 on c2.context_id = p2.context_id
-                                where c2.iri = %(c)s)
-              and not exists (select 1 from donto.x_standing_vector as v
-                              where v.statement_id = x.statement_id)
-              and not exists (select 1 from donto.retraction as r
-                              where r.statement_id = x.statement_id))
-from donto.x_memory_record as m
-join donto.projection as p on p.projection_id = m.projection_id
-join donto.context as c on c.context_id = p.context_id
-where c.iri = %(c)s
-"""
 
 
 # -- projection B: extraction ---------------------------------------------------------------

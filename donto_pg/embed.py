@@ -123,6 +123,24 @@ def count_pending(conn: psycopg.Connection, model_id: int, context: str | None =
         {"model": model_id, "context": context}).fetchone()[0]
 
 
+def unembedded(conn: psycopg.Connection, context: str) -> tuple[int, int, int]:
+    """What ``donto-pg embed`` still has to do in CONTEXT for the model recall uses by
+    default (``donto.embedding_model_id()``): its chunks without a vector, all its chunks,
+    and its standing statements in force without a vector (the standing block leaves them
+    out)."""
+    (model_id,) = conn.execute("select donto.embedding_model_id()").fetchone()
+    total = conn.execute(
+        "select count(*) from donto.x_memory_record as m "
+        "join donto.statement as s using (statement_id) "
+        "where s.context_id = (select context_id from donto.context where iri = %s)",
+        (context,)).fetchone()[0]
+    standing = conn.execute(
+        f"select count(*) from ({STANDING_PENDING}) as p where not exists "
+        "(select 1 from donto.retraction as r where r.statement_id = p.statement_id)",
+        {"model": model_id, "context": context}).fetchone()[0]
+    return count_pending(conn, model_id, context), total, standing
+
+
 def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: int = 16,
                   page: int = 1024, context: str | None = None, progress: bool = True,
                   max_pages: int | None = None, cache: bool = True,

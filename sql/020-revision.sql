@@ -15,6 +15,33 @@ $$;
 comment on function donto._lock_document(bigint) is
 'Take the document''s writer lock (advisory 2056) for this transaction.';
 
+create or replace function donto._document_iri_fault(p_iri text)
+returns text
+language sql
+immutable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Why P_IRI is not a document IRI, or null when it is: it starts with a scheme (RFC 3986:
+a letter, then letters, digits, + - .), so that the contexts named after it
+(<scheme>/<rest>, the first ':' made '/') are its own ('beam/100K/1' or 'beam/100K:1'
+would name those of beam:100K/1), and names something after it; it has no control
+characters, and at most 2,000 characters (an index entry). The one rule:
+donto.register_revision applies it to a new document, donto_pg.add_* before anything.
+*/
+    select case
+        when p_iri !~ '^[A-Za-z][A-Za-z0-9+.-]*:[^[:space:]\x01-\x1f\x7f-\x9f]'
+             or p_iri ~ '[\x01-\x1f\x7f-\x9f]' or pg_catalog.char_length(p_iri) > 2000
+            then 'it must start with a scheme such as chat: or file: and name something '
+                 'after it (no control characters, at most 2,000 characters)'
+    end;
+$$;
+
+comment on function donto._document_iri_fault(text) is
+'Why a text is not a document IRI (a scheme, then what it names; no control characters; at '
+'most 2,000 characters), or null.';
+
 create or replace function donto.register_revision(
     document_iri text, body text, meta jsonb default '{}'
 )
@@ -38,6 +65,7 @@ declare
     v_sha bytea;
     v_rev bigint;
     v_prev bigint;
+    v_fault text;
 begin
     if document_iri is null or btrim(document_iri) = '' then
         raise exception 'donto.register_revision: document_iri is empty' using errcode = '22023';
@@ -55,19 +83,15 @@ begin
         return v_rev;
     end if;
 
-    -- A new document's IRI starts with a scheme (RFC 3986: a letter, then letters,
-    -- digits, + - .), so that the contexts named after it (<scheme>/<rest>, the first
-    -- ':' made '/') are its own: 'beam/100K/1' or 'beam/100K:1' would name those of
-    -- beam:100K/1. Documents registered before keep their IRIs.
-    -- It has no control characters, and at most 2,000 characters (an index entry).
-    if not exists (select 1 from donto.document as d where d.iri = document_iri)
-       and (document_iri !~ '^[A-Za-z][A-Za-z0-9+.-]*:[^[:space:][:cntrl:]]'
-            or document_iri ~ '[[:cntrl:]]' or pg_catalog.char_length(document_iri) > 2000)
-    then
-        raise exception 'donto.register_revision: % is not a document IRI (a scheme such as '
-            'chat: or file:, then what it names; no control characters; at most 2,000 '
-            'characters)', pg_catalog.quote_literal(pg_catalog.left(document_iri, 200))
-            using errcode = '22023', hint = 'For example chat:alice/1.';
+    -- A new document's IRI must be one (donto._document_iri_fault); documents registered
+    -- before keep their IRIs.
+    if not exists (select 1 from donto.document as d where d.iri = document_iri) then
+        v_fault := donto._document_iri_fault(document_iri);
+        if v_fault is not null then
+            raise exception 'donto.register_revision: % is not a document IRI: %',
+                pg_catalog.quote_literal(pg_catalog.left(document_iri, 200)), v_fault
+                using errcode = '22023', hint = 'For example chat:alice/1.';
+        end if;
     end if;
     insert into donto.document (iri) values (document_iri) on conflict (iri) do nothing;
     select d.document_id into strict v_doc from donto.document as d where d.iri = document_iri;
