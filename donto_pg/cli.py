@@ -452,18 +452,22 @@ def embed(
 ) -> None:
     """Embed every recall chunk, recall key (user turn) and standing statement (and its
     condition, "when I ask about X") that has no vector for the model (resumable;
-    kill-safe)."""
+    kill-safe). A login other than the schema's owner embeds only what it filed."""
     with connect(dsn) as conn:
         r = _embed(conn, model, context=context, batch=batch, page=page, chunks=not keys_only)
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
             "embedded": r.embedded, "encoded": r.encoded, "already": r.already,
             "seconds": round(r.seconds, 2),
             "chunks_per_second": round(r.rate, 1), "index": r.index, "keys": r.keys,
-            "standing": r.standing, "standing_conditions": r.conditions}
+            "standing": r.standing, "standing_conditions": r.conditions,
+            "left_for_other_logins": r.others}
+    left = (f"; {r.others} chunks filed by other logins left for them (a writer embeds only "
+            "what it filed)") if r.others else ""
     out(data, as_json, f"embedded {r.embedded} chunks with {r.model} ({r.dimension}-d) in "
         f"{r.seconds:.1f}s ({r.rate:.1f}/s; {r.encoded} texts encoded, the rest from the "
         f"cache); {r.already} already had vectors; index {r.index}; "
-        f"{r.keys} recall keys, {r.standing} standing statements ({r.conditions} conditions)")
+        f"{r.keys} recall keys, {r.standing} standing statements ({r.conditions} conditions)"
+        + left)
 
 
 @app.command()

@@ -29,6 +29,7 @@ from donto.x_memory_record as m
 join donto.statement as s using (statement_id)
 where not exists (select 1 from donto.embedding as e
                   where e.statement_id = m.statement_id and e.model_id = %(model)s)
+  and (%(anyone)s or donto._may_embed(s.login_role))
   and (%(context)s::text is null
        or s.context_id = (select context_id from donto.context where iri = %(context)s))
 order by m.statement_id
@@ -49,6 +50,7 @@ class EmbedReport:
     standing: int = 0
     keys: int = 0  # recall keys (user turns, donto.x_turn_key) embedded
     conditions: int = 0  # conditions of standing statements ("when I ask about X")
+    others: int = 0  # chunks still without a vector that other logins filed (theirs to embed)
 
     @property
     def rate(self) -> float:
@@ -117,10 +119,14 @@ def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: 
         return conn.execute(f"select donto.{ingest}(%s)", (model_id,)).fetchone()[0]
 
 
-def count_pending(conn: psycopg.Connection, model_id: int, context: str | None = None) -> int:
+def count_pending(conn: psycopg.Connection, model_id: int, context: str | None = None, *,
+                  anyone: bool = False) -> int:
+    """Chunks without a vector for MODEL_ID (in CONTEXT): those this session may embed
+    (``donto._may_embed``: the owner's session any, another login only what it filed), or,
+    ANYONE, all of them."""
     return conn.execute(
         f"select count(*) from ({PENDING.replace('limit %(limit)s', '')}) as p",
-        {"model": model_id, "context": context}).fetchone()[0]
+        {"model": model_id, "context": context, "anyone": anyone}).fetchone()[0]
 
 
 def unembedded(conn: psycopg.Connection, context: str) -> tuple[int, int, int]:
@@ -137,8 +143,8 @@ def unembedded(conn: psycopg.Connection, context: str) -> tuple[int, int, int]:
     standing = conn.execute(
         f"select count(*) from ({STANDING_PENDING}) as p where not exists "
         "(select 1 from donto.retraction as r where r.statement_id = p.statement_id)",
-        {"model": model_id, "context": context}).fetchone()[0]
-    return count_pending(conn, model_id, context), total, standing
+        {"model": model_id, "context": context, "anyone": True}).fetchone()[0]
+    return count_pending(conn, model_id, context, anyone=True), total, standing
 
 
 def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: int = 16,
@@ -146,7 +152,9 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
                   max_pages: int | None = None, cache: bool = True,
                   chunks: bool = True) -> EmbedReport:
     """Embed every chunk, recall key and standing statement without a vector for MODEL
-    (CHUNKS=False: only the keys and standing statements); returns what was done."""
+    (CHUNKS=False: only the keys and standing statements); returns what was done. A session
+    that is not the owner's embeds only what its own login filed (``donto._may_embed``);
+    ``others`` counts the chunks it left for the logins that filed them."""
     import time
 
     from tqdm import tqdm
@@ -172,7 +180,7 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     try:
         while chunks and (max_pages is None or pages < max_pages):
             rows = conn.execute(PENDING, {"model": model_id, "context": context,
-                                          "limit": page}).fetchall()
+                                          "limit": page, "anyone": False}).fetchall()
             conn.commit()  # so that each page below commits on its own
             if not rows:
                 break
@@ -190,8 +198,11 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     conditions = embed_standing_conditions(conn, model, model_id, context=context,
                                            batch=batch)
     keys = embed_turn_keys(conn, model, model_id, context=context, batch=batch, page=page)
+    others = (count_pending(conn, model_id, context, anyone=True)
+              - count_pending(conn, model_id, context)) if chunks else 0
+    conn.commit()
     return EmbedReport(name, model_id, dim, embedded, done_before, seconds, index,
-                       counts.get("encoded", 0), standing, keys, conditions)
+                       counts.get("encoded", 0), standing, keys, conditions, others)
 
 
 # The standing statements of the context (null: all) that have no vector of the kind
@@ -201,6 +212,7 @@ from donto.x_standing as x
 inner join donto.statement as s on s.statement_id = x.statement_id
 where not exists (select 1 from donto.{table} as v
                   where v.statement_id = x.statement_id and v.model_id = %(model)s)
+      and (%(anyone)s or donto._may_embed(s.login_role))
       and (%(context)s::text is null or x.revision_id in (
           select p.revision_id from donto.projection as p
           inner join donto.context as c on c.context_id = p.context_id
@@ -217,7 +229,8 @@ CONDITIONS_PENDING = ("select c.statement_id, c.cond from (select x.statement_id
 
 def _embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, pending: str,
                     ingest: str, *, context: str | None, batch: int) -> int:
-    rows = conn.execute(pending, {"model": model_id, "context": context}).fetchall()
+    rows = conn.execute(pending, {"model": model_id, "context": context,
+                                  "anyone": False}).fetchall()
     if not rows:
         conn.commit()
         return 0
@@ -252,6 +265,7 @@ select k.key_id, k.key_text
 from donto.x_turn_key as k
 where not exists (select 1 from donto.x_turn_key_vector as v
                   where v.key_id = k.key_id and v.model_id = %(model)s)
+      and donto._may_embed(k.login_role)
       and (%(context)s::text is null or k.projection_id in (
           select p.projection_id from donto.projection as p
           inner join donto.context as c on c.context_id = p.context_id

@@ -341,6 +341,28 @@ SET or PGOPTIONS cannot lower their bounds.
     );
 $$;
 
+create or replace function donto._owners_login(p_login text)
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether a row that login P_LOGIN filed counts as the schema owner's: P_LOGIN is null (filed
+before its table recorded logins) or a role of this server that is a member of the owner
+of schema donto. A login that is no role here (dropped, renamed) is nobody's. Never null.
+*/
+    select p_login is null
+           or exists (
+               select 1 from pg_catalog.pg_roles as r
+               where r.rolname = p_login
+                     and pg_catalog.pg_has_role(
+                         r.oid,
+                         (select n.nspowner from pg_catalog.pg_namespace as n
+                          where n.nspname = 'donto'),
+                         'MEMBER'));
+$$;
+
 create or replace function donto._acts_for(p_login text)
 returns boolean
 language sql
@@ -359,17 +381,9 @@ to the owner's runs, gates or summaries, nor the owner's to a writer's, nor one 
 to another's.
 */
     select coalesce(p_login = session_user, false)
-           or (donto._session_owns_schema()
-               and (p_login is null
-                    or exists (
-                        select 1 from pg_catalog.pg_roles as r
-                        where r.rolname = p_login
-                              and pg_catalog.pg_has_role(
-                                  r.oid,
-                                  (select n.nspowner from pg_catalog.pg_namespace as n
-                                   where n.nspname = 'donto'),
-                                  'MEMBER'))));
+           or (donto._session_owns_schema() and donto._owners_login(p_login));
 $$;
+
 
 create or replace function donto._scoped_key(p_key text)
 returns text
@@ -386,6 +400,23 @@ never finds (or takes first) the owner's row, and the owner's never a writer's.
 */
     select case when donto._session_owns_schema() then p_key
                 else pg_catalog.quote_ident(session_user) || ' ' || p_key end;
+$$;
+
+create or replace function donto._may_embed(p_login text)
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether this session may store a vector of a row that login P_LOGIN filed (a statement,
+a recall key): the schema owner's session may store any (its encoder is the one the
+server trusts), any other only of what its own login filed. Never null: a row filed
+before 027's columns (null) is the owner's. A writer therefore cannot file the first
+vector of someone else's chunk, unit, key or standing statement, and so cannot skew how
+recall or an A/B gate ranks it.
+*/
+    select donto._session_owns_schema() or coalesce(p_login = session_user, false);
 $$;
 
 create or replace function donto._index_exact_max()
@@ -1627,7 +1658,8 @@ as $$
 /*
 Statement trigger on donto.embedding (AFTER INSERT, transition table new_rows): every
 vector added belongs to a recall key (a recall chunk, an A/B unit or a session summary)
-and has its model's dimension. donto_writer may INSERT into donto.embedding (the
+and has its model's dimension, and a session that is not the owner's adds vectors only of
+statements its own login filed (donto._may_embed; else 42501). donto_writer may INSERT into donto.embedding (the
 binary-COPY path of donto.ingest_embeddings), so the check lives on the table.
 A superuser restoring a dump (pg_dump scripts set check_function_bodies = off) is not
 checked: pg_dump orders an extension's table data by foreign keys only, so vectors may
@@ -1656,13 +1688,23 @@ begin
             'session summary) or its vector does not have its model''s dimension', v_bad
             using errcode = '22023';
     end if;
+    select n.statement_id into v_bad
+    from new_rows as n inner join donto.statement as s on n.statement_id = s.statement_id
+    where not donto._may_embed(s.login_role)
+    limit 1;
+    if v_bad is not null then
+        raise exception 'donto.embedding: statement % was filed by another login; % stores '
+            'vectors only of what it filed (the owner''s session stores any)', v_bad,
+            session_user using errcode = '42501';
+    end if;
     return null;
 end;
 $$;
 
 comment on function donto._check_embeddings() is
 'Trigger function: every vector inserted into donto.embedding belongs to a recall key and '
-'has its model''s dimension (SQLSTATE 22023 otherwise).';
+'has its model''s dimension (SQLSTATE 22023 otherwise), and, unless the owner''s session '
+'inserts it, to a statement the session''s login filed (42501).';
 
 create or replace trigger embedding_check
 after insert on donto.embedding

@@ -26,6 +26,103 @@ comment on function donto.measure_context_iri(text, text) is
 
 -- -- arms and their units -------------------------------------------------------------
 
+create or replace function donto._login_tag(p_login text)
+returns text
+language sql
+immutable
+strict
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* P_LOGIN with every character but a-z, 0-9 and _ percent-encoded (its UTF-8 bytes). */
+    select pg_catalog.string_agg(
+        case when c.c ~ '^[a-z0-9_]$' then c.c
+            else pg_catalog.regexp_replace(
+                pg_catalog.upper(pg_catalog.encode(pg_catalog.convert_to(c.c, 'UTF8'), 'hex')),
+                '(..)', '%\1', 'g')
+        end, '' order by c.n)
+    from pg_catalog.regexp_split_to_table(p_login, '') with ordinality as c (c, n);
+$$;
+
+comment on function donto._login_tag(text) is
+'A login as it follows @ in a writer''s A/B arm names: a-z, 0-9 and _ as they are, every '
+'other character percent-encoded (alice -> alice, Bob -> %42ob). Immutable.';
+
+create or replace function donto._arm_key(p_name text)
+returns text
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The stored name of this session's A/B arm P_NAME: unchanged for the schema owner's
+session, else P_NAME@<login> (donto._login_tag of session_user). A writer's arms are
+its own: registering fixed1200 makes fixed1200@alice, never the owner's fixed1200.
+*/
+    select case when donto._session_owns_schema() then p_name
+                else p_name || '@' || donto._login_tag(session_user) end;
+$$;
+
+comment on function donto._arm_key(text) is
+'The stored name of this login''s A/B arm: the name for the owner''s session, name@login '
+'for any other (donto._login_tag). Stable.';
+
+create or replace function donto._arm_named(p_name text)
+returns bigint
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* The id of the arm a caller names to read it: its own (donto._arm_key), else the arm
+stored under exactly that name (the owner's fixed1200, a writer's fixed1200@alice); null
+when there is none. */
+    select coalesce(
+        (select a.arm_id from donto.ab_arm as a where a.name = donto._arm_key(p_name)),
+        (select a.arm_id from donto.ab_arm as a where a.name = p_name));
+$$;
+
+comment on function donto._arm_named(text) is
+'The id of the A/B arm a caller names to read it: its own first, else the arm of exactly '
+'that name; null if none. Stable.';
+
+create or replace function donto._arm(p_name text, p_function text, p_write boolean)
+returns donto.ab_arm
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The A/B arm a caller names P_NAME: this login's own (donto._arm_key), else, to read
+(P_WRITE false), the arm stored under exactly that name (the owner's fixed1200, or a
+writer's fixed1200@alice). To write (project units, copy vectors, record a result) the
+arm must be this login's own, or the owner's for the owner's session (donto._acts_for):
+22023 when there is none, 42501 when it is another login's.
+*/
+declare
+    v_arm donto.ab_arm;
+begin
+    select a.* into v_arm from donto.ab_arm as a
+    where a.arm_id = case when p_write
+                          then (select b.arm_id from donto.ab_arm as b
+                                where b.name = donto._arm_key(p_name))
+                          else donto._arm_named(p_name) end;
+    if v_arm.arm_id is null then
+        raise exception '%: no arm % (donto.ab_register_arm)', p_function, p_name
+            using errcode = '22023';
+    end if;
+    if p_write and not donto._acts_for(v_arm.login_role) then
+        raise exception '%: arm % is %''s, not %''s', p_function, v_arm.name,
+            coalesce(v_arm.login_role, 'the owner'), session_user using errcode = '42501';
+    end if;
+    return v_arm;
+end;
+$$;
+
+comment on function donto._arm(text, text, boolean) is
+'The A/B arm a caller names: its own first, else (to read) the arm of exactly that name; '
+'writing needs the caller''s own arm (42501). Stable, security invoker.';
+
 create or replace function donto.ab_register_arm(
     p_name text, p_strategy text, p_params jsonb default '{}', p_spec text default null
 )
@@ -40,9 +137,11 @@ Register the A/B arm P_NAME: strategy 'fixed' (fixed line-respecting windows use
 extraction units; params {window}, default 1,200) or 'semantic' (the segmenter of
 donto.project_extraction; params as there, defaults filled in). Idempotent: the same
 name with the same effective parameters returns the existing arm; a name already used
-for other parameters is refused (its contexts would mix two cuts).
+for other parameters is refused (its contexts would mix two cuts). The name is this
+login's (donto._arm_key): a writer's fixed1200 is stored as fixed1200@<login>.
 */
 declare
+    v_name text;
     v_params jsonb;
     v_id bigint;
     v_have record;
@@ -75,18 +174,19 @@ begin
         raise exception 'donto.ab_register_arm: strategy must be fixed or semantic, not %',
             coalesce(p_strategy, 'null') using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2070, pg_catalog.hashtext(p_name));
-    select a.arm_id, a.strategy, a.params into v_have from donto.ab_arm as a where a.name = p_name;
+    v_name := donto._arm_key(p_name);
+    perform pg_catalog.pg_advisory_xact_lock(2070, pg_catalog.hashtext(v_name));
+    select a.arm_id, a.strategy, a.params into v_have from donto.ab_arm as a where a.name = v_name;
     if found then
         if v_have.strategy <> p_strategy or v_have.params <> v_params then
-            raise exception 'donto.ab_register_arm: arm % already means %:%, not %:%', p_name,
+            raise exception 'donto.ab_register_arm: arm % already means %:%, not %:%', v_name,
                 v_have.strategy, v_have.params, p_strategy, v_params
                 using errcode = '23505', hint = 'Give the new arm another name.';
         end if;
         return v_have.arm_id;
     end if;
     insert into donto.ab_arm (name, strategy, params, spec)
-    values (p_name, p_strategy, v_params,
+    values (v_name, p_strategy, v_params,
             coalesce(p_spec, p_name || '=' || p_strategy || ':' || v_params::text))
     returning arm_id into v_id;
     return v_id;
@@ -138,11 +238,7 @@ declare
     v_params jsonb;
     v_n integer;
 begin
-    select a.* into v_arm from donto.ab_arm as a where a.name = p_arm;
-    if not found then
-        raise exception 'donto.ab_project_arm: no arm % (donto.ab_register_arm)', p_arm
-            using errcode = '22023';
-    end if;
+    v_arm := donto._arm(p_arm, 'donto.ab_project_arm', true);
     select r.document_id, d.iri into v_doc, v_iri
     from donto.revision as r inner join donto.document as d using (document_id)
     where r.revision_id = p_revision_id;
@@ -254,7 +350,7 @@ as $$
     from donto.ab_arm as a
     inner join donto.ab_unit as u on a.arm_id = u.arm_id
     inner join donto.extraction_block as b on u.block_id = b.block_id
-    where a.name = p_arm
+    where a.arm_id = (select (donto._arm(p_arm, 'donto.ab_pending_blocks', false)).arm_id)
           and u.revision_id = any(p_revision_ids)
           and not exists (
               select 1 from donto.extraction_response as x
@@ -286,7 +382,8 @@ rates, counts by fate and by kind.
     with u as (
         select u.block_id
         from donto.ab_unit as u inner join donto.ab_arm as a using (arm_id)
-        where a.name = p_arm and u.revision_id = any(p_revision_ids)
+        where a.arm_id = (select (donto._arm(p_arm, 'donto.ab_arm_quality', false)).arm_id)
+              and u.revision_id = any(p_revision_ids)
     ),
 
     q as (
@@ -405,11 +502,14 @@ as $$
 Give the arm's units of P_REVISION_IDS that have no vector for the model the vector of
 another recall key with the same text: a recall chunk (projection A) or a unit of
 another arm with the same revision and span (same text, same vector). Returns the
-vectors copied; the rest must be embedded. The copies are not cached
+vectors copied; the rest must be embedded. Only the arm's login (or the owner) copies
+into its units, and only vectors this login or the owner filed are copied (never a
+writer's into the owner's units). The copies are not cached
 (donto._embedding_cache_fill): a copied vector may be one a writer filed for its chunk,
 which the owner's session must not vouch for.
 */
 declare
+    v_arm bigint := (donto._arm(p_arm, 'donto.ab_reuse_embeddings', true)).arm_id;
     v_n integer;
 begin
     perform pg_catalog.set_config('donto.embedding_copy', 'on', true);
@@ -422,7 +522,8 @@ begin
            and u.char_end = o.char_end and u.statement_id <> o.statement_id
            and o.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
     inner join donto.embedding as e on o.statement_id = e.statement_id and e.model_id = p_model_id
-    where a.name = p_arm
+    where a.arm_id = v_arm
+          and (e.login_role = session_user or donto._owners_login(e.login_role))
           and u.revision_id = any(p_revision_ids)
           and not exists (select 1 from donto.embedding as h
                           where h.statement_id = u.statement_id and h.model_id = p_model_id)
@@ -478,10 +579,7 @@ begin
         raise exception 'donto.ab_recall_units: arms must be vector, lexical or hybrid, not %',
             arms using errcode = '22023';
     end if;
-    select a.arm_id into v_arm from donto.ab_arm as a where a.name = arm;
-    if not found then
-        raise exception 'donto.ab_recall_units: no arm %', arm using errcode = '22023';
-    end if;
+    v_arm := (donto._arm(arm, 'donto.ab_recall_units', false)).arm_id;
     if arms <> 'lexical' then
         v_model := donto.embedding_model_id(model);
         if embedding is null then
@@ -639,10 +737,7 @@ begin
     if p_run_id is not null then
         perform donto._check_adds_to('run', p_run_id, 'donto.ab_record_result');
     end if;
-    select a.arm_id into v_arm from donto.ab_arm as a where a.name = p_arm;
-    if not found then
-        raise exception 'donto.ab_record_result: no arm %', p_arm using errcode = '22023';
-    end if;
+    v_arm := (donto._arm(p_arm, 'donto.ab_record_result', true)).arm_id;
     insert into donto.ab_result (
         result_key, gate_id, arm_id, run_id, stage, units, quality, stop_reason, recall
     )
@@ -744,8 +839,8 @@ comment on function donto.ab_decide(
 're-prompt (recall fine, anchors low, hypotheses high) or reject, with the reasons. '
 'Immutable, security invoker.';
 
-create or replace function donto.ab_verdict(
-    arm text,
+create or replace function donto._ab_verdict(
+    p_arm_id bigint,
     gate_id bigint default null,
     max_injection double precision default 0.02,
     min_anchor double precision default donto.healthy_anchor_rate(),
@@ -765,7 +860,7 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-The verdict of arm ARM on gate GATE_ID (default: the latest gate this session's login
+The verdict of the arm P_ARM_ID on gate GATE_ID (default: the latest gate this session's login
 measured the arm on, donto._acts_for; never another login's), from its latest result
 there and the gate's fixed-1,200 baseline, by donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
 */
@@ -794,13 +889,47 @@ there and the gate's fixed-1,200 baseline, by donto.ab_decide with the given thr
         (r.quality ->> 'zero_fact_rate')::float8,
         $3, $4, $5, $6
     ) as d
-    where a.name = $1
+    where a.arm_id = $1
           and r.gate_id = coalesce($2, (
               select r2.gate_id from donto.ab_result as r2
               where r2.arm_id = a.arm_id and donto._acts_for(r2.login_role)
               order by r2.result_id desc limit 1))
     order by r.result_id desc
     limit 1;
+$$;
+
+comment on function donto._ab_verdict(
+    bigint, bigint, double precision, double precision, double precision, double precision
+) is
+'donto.ab_verdict of an arm given by id (so donto.ab_report shows each row''s own arm, '
+'whoever reads it). Stable, invoker.';
+
+create or replace function donto.ab_verdict(
+    arm text,
+    gate_id bigint default null,
+    max_injection double precision default 0.02,
+    min_anchor double precision default donto.healthy_anchor_rate(),
+    min_hypothesis double precision default 0.5,
+    max_zero_fact double precision default 0.5
+)
+returns table (
+    arm_name text, gate bigint, result_id bigint, run_id bigint, stage text,
+    recall_hit double precision, baseline_hit double precision,
+    injection_rate double precision, median_anchor_rate double precision,
+    hypothesis_rate double precision, zero_fact_rate double precision,
+    stop_reason text, verdict text, reasons text[]
+)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The verdict of arm ARM (this login's own, else the arm of exactly that name:
+donto._arm_named) on gate GATE_ID (default: the latest gate this session's login
+measured the arm on), by donto._ab_verdict with the given thresholds.
+*/
+    select * from donto._ab_verdict(donto._arm_named($1), $2, $3, $4, $5, $6);
 $$;
 
 comment on function donto.ab_verdict(
@@ -844,7 +973,7 @@ inner join donto.ab_gate as g on r.gate_id = g.gate_id
 left join donto.ab_baseline as bl on r.gate_id = bl.gate_id
 inner join donto.ab_arm as a on r.arm_id = a.arm_id
 inner join donto.extraction_run as er on r.run_id = er.run_id
-cross join lateral donto.ab_verdict(a.name, r.gate_id) as v
+cross join lateral donto._ab_verdict(a.arm_id, r.gate_id) as v
 where not exists (
     select 1 from donto.ab_result as n
     where n.gate_id = r.gate_id and n.arm_id = r.arm_id and n.result_id > r.result_id

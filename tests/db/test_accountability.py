@@ -187,16 +187,17 @@ def test_squatting_a_public_text_does_not_stop_its_real_load(db, logins):
     assert o.execute("select count(*) from donto.statement s join donto.context c "
                      "using (context_id) where c.iri = %s", (real_ctx,)).fetchone()[0] \
         == res[0].chunks
-    # the A/B arm of each document lands in that document's measure context
+    # the A/B arm of each login (027) lands in its document's measure context
     assert s.execute("select donto.ab_project_arm('fixed300', %s)", (srev,)).fetchone()[0] > 0
+    o.execute("select donto.ab_register_arm('fixed300', 'fixed', '{\"window\": 300}')")
     assert o.execute("select donto.ab_project_arm('fixed300', %s)", (rev,)).fetchone()[0] > 0
     s.commit()
     o.commit()
     owners = dict(db.execute(
         "select c.iri, d.iri from donto.context_owner co join donto.context c using (context_id) "
-        "join donto.document d using (document_id) where c.iri like 'ctx:measure/fixed300/%'"))
-    assert owners == {"ctx:measure/fixed300/doc/squatter": "doc:squatter",
-                      "ctx:measure/fixed300/beam/100K/1": "beam:100K/1"}
+        "join donto.document d using (document_id) where c.iri like 'ctx:measure/fixed300%'"))
+    assert owners == {f"ctx:measure/fixed300@{squatter}/doc/squatter": "doc:squatter",
+                      f"ctx:measure/fixed300@{owner}/beam/100K/1": "beam:100K/1"}
 
 
 def test_a_context_belongs_to_the_document_that_filled_it_first(db, logins):

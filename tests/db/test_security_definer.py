@@ -218,10 +218,11 @@ def _user_turns(db, rev: int) -> int:
 
 def _ab_project_arm(db):
     rev = new_revision(db, "doc:attack/ab")
-    db.execute("select donto.ab_register_arm('fixed40', 'fixed', '{\"window\": 40}')")
-    return (("select donto.ab_project_arm('fixed40', %s)", (rev,)),
-            {"projection": 1, "context": 1, "context_owner": 1, "extraction_block": None,
-             "statement": None, "ab_unit": None})
+    # the attacker projects its own arm (027: only an arm's login projects into it)
+    return (("select donto.ab_project_arm('fixed40', %s) from (select donto.ab_register_arm("
+             "'fixed40', 'fixed', '{\"window\": 40}')) as arm", (rev,)),
+            {"ab_arm": 1, "projection": 1, "context": 1, "context_owner": 1,
+             "extraction_block": None, "statement": None, "ab_unit": None})
 
 
 def _ingest(function):

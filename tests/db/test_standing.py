@@ -384,9 +384,11 @@ def test_a_writer_login_cannot_replace_or_misfile_condition_vectors(db, tmp_path
     _role, connect = logins()
     w = connect()
     vec = "[" + ",".join(["0.5"] * 384) + "]"
-    assert w.execute("select donto.ingest_standing_condition_embeddings(%s, %s, %s)",
-                     (model, [ids[DEADLINES]], [vec])).fetchone()[0] == 0
-    w.commit()
+    # the owner's statement: refused whose it is (027), so its vector is never replaced
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="filed by another login"):
+        w.execute("select donto.ingest_standing_condition_embeddings(%s, %s, %s)",
+                  (model, [ids[DEADLINES]], [vec]))
+    w.rollback()
     for bad in (ids[EARLY], 1):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="naming a condition"):
             w.execute("select donto.ingest_standing_condition_embeddings(%s, %s, %s)",

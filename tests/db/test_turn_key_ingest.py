@@ -53,15 +53,19 @@ def _document(db, iri: str) -> list[int]:
 
 
 @pytest.fixture
-def keyed(db):
+def keyed(db, logins):
+    """(model, the writer's keys, the owner's keys, the writer's connection): a writer
+    login projected one document, the owner another."""
     model = db.execute("select donto.ensure_embedding_model('test-keys-3d', 'test', %s)",
                        (DIM,)).fetchone()[0]
-    mine, theirs = _document(db, "test:tkey/mine"), _document(db, "test:tkey/theirs")
-    # the owner's donto-pg embed already filed the first key of the other document
+    db.commit()
+    w = logins()[1]()
+    mine, theirs = _document(w, "test:tkey/mine"), _document(db, "test:tkey/theirs")
+    # the owner's donto-pg embed already filed the first key of the owner's document
     assert db.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",
                       (model, [theirs[0]], ["[0.5,0.5,0.5]"])).fetchone()[0] == 1
     db.commit()
-    return model, mine, theirs
+    return model, mine, theirs, w
 
 
 STATE = """
@@ -86,8 +90,7 @@ def _state(db) -> tuple:
 
 
 def test_a_writer_cannot_file_what_is_not_a_vector_of_a_key(db, keyed, logins):
-    model, mine, theirs = keyed
-    w = logins()[1]()
+    model, mine, theirs, w = keyed
     # a chunk's statement id that is no key's id (both count from 1)
     chunk = db.execute("select min(statement_id) from donto.x_memory_record where "
                        "statement_id not in (select key_id from donto.x_turn_key)"
@@ -155,27 +158,31 @@ def test_a_writer_cannot_file_what_is_not_a_vector_of_a_key(db, keyed, logins):
 
 
 def test_a_writer_cannot_replace_a_vector_nor_move_a_key(db, keyed, logins):
-    model, mine, theirs = keyed
-    w = logins()[1]()
+    model, mine, theirs, w = keyed
     before = _state(db)
-    # the other document's vector, filed by the owner, stays as it was
-    assert w.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",
-                     (model, [theirs[0]], ["[-1,0,0]"])).fetchone()[0] == 0
-    w.commit()
+    # the owner's keys are the owner's to embed (027): the one with a vector and the one
+    # without are both refused, and nothing moves
+    for key in theirs:
+        with pytest.raises(errors.InsufficientPrivilege, match="filed by another login"):
+            w.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",
+                      (model, [key], ["[-1,0,0]"]))
+        w.rollback()
     assert _state(db) == before
-    # a key of the other document with no vector yet: filed under that key only
+    # the writer's own key: filed under that key only, and named as the writer's
     assert w.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",
-                     (model, [theirs[1]], ["[0,1,0]"])).fetchone()[0] == 1
+                     (model, [mine[1]], ["[0,1,0]"])).fetchone()[0] == 1
     w.commit()
     after = _state(db)
     assert after[1:] == before[1:]  # keys, projections, contexts, owners, models, statements
     added = [v for v in after[0] if v not in before[0]]
-    assert added == [[theirs[1], model, "[0,1,0]"]]
+    assert added == [[mine[1], model, "[0,1,0]"]]
+    assert db.execute("select login_role from donto.x_turn_key_vector where key_id = %s",
+                      (mine[1],)).fetchone()[0] == w.info.user
+    db.commit()
 
 
 def test_a_writer_files_the_vectors_of_keys(db, keyed, logins):
-    model, mine, theirs = keyed
-    w = logins()[1]()
+    model, mine, theirs, w = keyed
     before = _state(db)
     vecs = ["[0.25,-1,3]", "[1,2,3.5]"]
     assert w.execute("select donto.ingest_turn_key_embeddings(%s, %s, %s)",

@@ -345,6 +345,7 @@ def test_a_writer_cannot_take_the_result_key_the_owners_ab_looks_up(db, logins):
                        gate_args).fetchone()[0]
     w_run = w.execute("select run_id from donto.start_extraction_run(%s, '{}', null, null)",
                       (BASELINE,)).fetchone()[0]
+    w.execute("select donto.ab_register_arm('fixed-1200', 'fixed')")  # its own (027)
     record = ("select donto.ab_record_result('the-owners-key', %s, 'fixed-1200', %s, "
               "'rejected', 0, '{}', 'rejected before the recall pass')")
     w_result = w.execute(record, (w_gate, w_run)).fetchone()[0]
