@@ -54,6 +54,7 @@ from typing import Any
 import psycopg
 
 from donto_pg import loader
+from donto_pg.errors import DatabaseError
 from donto_pg.llm import ProviderError, ProviderFatalError, ProviderPool
 
 __all__ = [
@@ -243,12 +244,14 @@ class ExtractionReport:
     run: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     note: str | None = None
+    skipped: dict[int, str] = field(default_factory=dict)  # revision -> why it was not cut
 
     @property
     def ok(self) -> bool:
-        """True unless the run was stopped by an alarm, a failure or an interruption, or
-        left blocks that every provider failed on (``incomplete``)."""
-        return self.stopped in (None, "limit")
+        """True unless the run was stopped by an alarm, a failure or an interruption, left
+        blocks that every provider failed on (``incomplete``), or skipped a revision that
+        could not be cut into blocks."""
+        return self.stopped in (None, "limit") and not self.skipped
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -278,6 +281,8 @@ def format_report(report: ExtractionReport) -> str:
             f"{run.get('degraded')}, broken {run.get('broken')}, injection rate "
             f"{run.get('injection_rate')}, median dialogue anchor rate "
             f"{'n/a' if median is None else round(median, 3)}; {report.pending_after} pending")
+    for rev, why in report.skipped.items():
+        lines.append(f"skipped revision {rev} (not cut into blocks): {why}")
     if report.stopped:
         lines.append(f"stopped ({report.stopped}): {report.reason}")
     return "\n".join(lines)
@@ -422,6 +427,9 @@ def run_extraction(
     with ``params``; idempotent). ``limit`` caps the blocks processed by this call;
     ``alarm_after=0`` disables the alarm. ``run_name`` starts a separate run (arm)
     with otherwise identical settings. ``on_progress`` is called after every block.
+    A revision that cannot be cut into blocks (a database error) is left out and named
+    in ``skipped`` (the report is then not ``ok``); the others are extracted. With one
+    revision its error is raised; when none can be cut, DatabaseError names each.
 
     A provider that fails fatally (e.g. HTTP 401) stops the run; a block whose
     every attempt failed stays pending and is counted in ``failed``;
@@ -436,17 +444,30 @@ def run_extraction(
     pool = providers or ProviderPool.baseline()
     main = conn_factory()
     try:
-        revisions = resolve_revisions(main, revision_ids, conversations)
+        revisions = list(dict.fromkeys(resolve_revisions(main, revision_ids, conversations)))
         p = json.dumps(dict(params or {}))
+        skipped: dict[int, str] = {}
         for rev in revisions:
-            main.execute("select donto.project_extraction(%s, %s)", (rev, p))
-            main.commit()
-        return extract_blocks(
-            main, conn_factory, pool, revisions=revisions,
-            pending=lambda run_id, lim: _pending(main, run_id, revisions, lim),
+            try:
+                main.execute("select donto.project_extraction(%s, %s)", (rev, p))
+                main.commit()
+            except psycopg.Error as exc:  # one revision's fault stops no other's
+                main.rollback()
+                if len(revisions) == 1:
+                    raise
+                skipped[rev] = f"{exc.sqlstate}: {str(exc).splitlines()[0]}"
+        if skipped and len(skipped) == len(revisions):
+            raise DatabaseError("no revision could be cut into blocks", "; ".join(
+                f"revision {r}: {why}" for r, why in skipped.items()))
+        cut = [r for r in revisions if r not in skipped]
+        report = extract_blocks(
+            main, conn_factory, pool, revisions=cut,
+            pending=lambda run_id, lim: _pending(main, run_id, cut, lim),
             run_params=params, run_name=run_name, limit=limit, concurrency=concurrency,
             alarm_after=alarm_after, max_injection=max_injection, min_anchor=min_anchor,
             max_consecutive_failures=max_consecutive_failures, on_progress=on_progress)
+        report.skipped = skipped
+        return report
     finally:
         main.close()
 

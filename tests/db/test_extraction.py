@@ -21,6 +21,7 @@ from psycopg import errors
 from donto_pg import beam, build, extract, loader
 from donto_pg.core import render
 from donto_pg.core.segmenter import segment
+from donto_pg.errors import DatabaseError
 from donto_pg.llm import Provider, ProviderPool
 from donto_pg.server import extraction
 from tests.conftest import EXAMPLES, ROOT, session_batches, write_chat
@@ -534,6 +535,32 @@ def test_extractor_rotates_on_429_and_500_and_ingests_everything(db, small):
                                        providers=pool_for(c), alarm_after=0)
         assert c.requests == []
     assert again.resumed and again.run_id == report.run_id and again.progress.total == 0
+
+
+def test_a_revision_that_cannot_be_cut_stops_no_other(db, small):
+    """One revision's database error (here its claims context held by another document, as
+    a pre-026 IRI without a scheme could) leaves it out of the run, named; the others are
+    extracted, and the report is not ok."""
+    body = db.execute("select body from donto.revision where revision_id = %s",
+                      (small,)).fetchone()[0]
+    held = []
+    for iri in ("doc:extract/held", "doc:extract/held-too"):
+        held.append(db.execute("select donto.register_revision(%s, %s)",
+                               (iri, body + "\n")).fetchone()[0])
+        db.execute("insert into donto.context_owner (context_id, document_id) "
+                   "select donto.ensure_context(donto.claims_context_iri(%s), 'claims'), "
+                   "document_id from donto.revision where revision_id = %s", (iri, small))
+    db.commit()
+    bad = held[0]
+    report = extract.run_extraction(factory(db), revision_ids=[bad, small], alarm_after=0)
+    assert list(report.skipped) == [bad] and report.skipped[bad].startswith("42501")
+    assert report.revisions == [small] and report.progress.done > 0 and not report.ok
+    assert f"skipped revision {bad}" in extract.format_report(report)
+    # alone, its own error; with nothing left to cut, an error naming each
+    with pytest.raises(errors.InsufficientPrivilege):
+        extract.run_extraction(factory(db), revision_ids=[bad], alarm_after=0)
+    with pytest.raises(DatabaseError, match=f"no revision could be cut.*revision {bad}"):
+        extract.run_extraction(factory(db), revision_ids=held, alarm_after=0)
 
 
 def _responses(db) -> list[tuple[int, int]]:
