@@ -688,7 +688,9 @@ comment on function donto._recall_standing(vector, bigint, timestamptz, integer,
 'Standing slots of donto.recall: the in-force standing statements most similar to the query '
 '(the statement and, when it names one, its condition).';
 
-create or replace function donto._check_may_embed(p_fn text, p_ids bigint[])
+create or replace function donto._check_may_embed(
+    p_fn text, p_ids bigint[], p_keys boolean default false
+)
 returns void
 language plpgsql
 stable
@@ -696,28 +698,35 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Refuse (SQLSTATE 42501, in the name of P_FN) a vector of any statement of P_IDS that
-another login filed, unless the session is the schema owner's (donto._may_embed). The
-vector ingest definers ask it; donto.embedding's own trigger asks donto._may_embed.
+Refuse (SQLSTATE 42501, in the name of P_FN) a vector of any of P_IDS that another login
+filed, unless the session is the schema owner's (donto._may_embed): statements, or, with
+P_KEYS, recall keys (donto.x_turn_key). The vector ingest definers ask it;
+donto.embedding's own trigger asks donto._may_embed.
 */
 declare
     v_bad bigint;
 begin
-    select s.statement_id into v_bad
-    from donto.statement as s
-    where s.statement_id = any(p_ids) and not donto._may_embed(s.login_role)
-    limit 1;
+    if p_keys then
+        select x.key_id into v_bad from donto.x_turn_key as x
+        where x.key_id = any(p_ids) and not donto._may_embed(x.login_role)
+        limit 1;
+    else
+        select s.statement_id into v_bad from donto.statement as s
+        where s.statement_id = any(p_ids) and not donto._may_embed(s.login_role)
+        limit 1;
+    end if;
     if v_bad is not null then
-        raise exception '%: statement % was filed by another login; % stores vectors only of '
-            'what it filed (the owner''s session stores any)', p_fn, v_bad, session_user
+        raise exception '%: % % was filed by another login; % stores vectors only of what '
+            'it filed (the owner''s session stores any)', p_fn,
+            case when p_keys then 'recall key' else 'statement' end, v_bad, session_user
             using errcode = '42501';
     end if;
 end;
 $$;
 
-comment on function donto._check_may_embed(text, bigint[]) is
-'Refuse (42501) a vector of a statement another login filed, unless the session is the '
-'owner''s (donto._may_embed). Stable, security invoker.';
+comment on function donto._check_may_embed(text, bigint[], boolean) is
+'Refuse (42501) a vector of a statement (or recall key) another login filed, unless the '
+'session is the owner''s (donto._may_embed). Stable, security invoker.';
 
 create or replace function donto.ingest_standing_embeddings(
     p_model_id integer, p_ids bigint[], p_vectors text[]

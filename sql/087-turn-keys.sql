@@ -189,15 +189,7 @@ begin
             'does not have % dimensions', coalesce(v_bad::text, 'null'), v_dim
             using errcode = '22023';
     end if;
-    select x.key_id into v_bad
-    from donto.x_turn_key as x
-    where x.key_id = any(p_ids) and not donto._may_embed(x.login_role)
-    limit 1;
-    if v_bad is not null then
-        raise exception 'donto.ingest_turn_key_embeddings: recall key % was filed by another '
-            'login; % stores vectors only of what it filed (the owner''s session stores any)',
-            v_bad, session_user using errcode = '42501';
-    end if;
+    perform donto._check_may_embed('donto.ingest_turn_key_embeddings', p_ids, true);
     insert into donto.x_turn_key_vector (key_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
     from unnest(p_ids, p_vectors) as u (id, v)
