@@ -306,7 +306,8 @@ def _embed_missing(conn: psycopg.Connection, arm: str, revisions: list[int], mod
         """
         select u.statement_id, donto.span_text(u.revision_id, u.char_start, u.char_end)
         from donto.ab_unit as u
-        where u.arm_id = donto._arm_named(%s) and u.revision_id = any(%s)
+        where u.arm_id = (donto._arm(%s, 'donto-pg ab', true)).arm_id
+              and u.revision_id = any(%s)
               and not exists (select 1 from donto.embedding as e
                               where e.statement_id = u.statement_id and e.model_id = %s)
         order by u.statement_id

@@ -4773,8 +4773,10 @@ as $$
 The A/B arm a caller names P_NAME: this login's own (donto._arm_key), else, to read
 (P_WRITE false), the arm stored under exactly that name (the owner's fixed1200, or a
 writer's fixed1200@alice). To write (project units, copy vectors, record a result) the
-arm must be this login's own, or the owner's for the owner's session (donto._acts_for):
-22023 when there is none, 42501 when it is another login's.
+arm must be this login's own: for a writer its name@login (so by construction), for the
+owner's session an arm without @ (whichever owner login registered it, and whatever the
+owner is called after a restore); 22023 when there is none, 42501 when it is another
+login's.
 */
 declare
     v_arm donto.ab_arm;
@@ -4784,13 +4786,20 @@ begin
                           then (select b.arm_id from donto.ab_arm as b
                                 where b.name = donto._arm_key(p_name))
                           else donto._arm_named(p_name) end;
+    if v_arm.arm_id is null and p_write
+       and exists (select 1 from donto.ab_arm as a where a.name = p_name) then
+        raise exception '%: arm % is not this login''s (its own would be %)', p_function,
+            p_name, donto._arm_key(p_name)
+            using errcode = '42501', hint = 'Register an arm of your own with '
+                                            'donto.ab_register_arm; it may use the same name.';
+    end if;
     if v_arm.arm_id is null then
         raise exception '%: no arm % (donto.ab_register_arm)', p_function, p_name
             using errcode = '22023';
     end if;
-    if p_write and not donto._acts_for(v_arm.login_role) then
-        raise exception '%: arm % is %''s, not %''s', p_function, v_arm.name,
-            coalesce(v_arm.login_role, 'the owner'), session_user using errcode = '42501';
+    if p_write and pg_catalog.strpos(v_arm.name, '@') > 0 and donto._session_owns_schema() then
+        raise exception '%: arm % is %''s, not the owner''s', p_function, v_arm.name,
+            v_arm.login_role using errcode = '42501';
     end if;
     return v_arm;
 end;
@@ -5181,7 +5190,8 @@ another recall key with the same text: a recall chunk (projection A) or a unit o
 another arm with the same revision and span (same text, same vector). Returns the
 vectors copied; the rest must be embedded. Only the arm's login (or the owner) copies
 into its units, and only vectors this login or the owner filed are copied (never a
-writer's into the owner's units). The copies are not cached
+writer's into the owner's units; a vector from before 027, which names no filer, counts
+as filed by whoever filed its statement). The copies are not cached
 (donto._embedding_cache_fill): a copied vector may be one a writer filed for its chunk,
 which the owner's session must not vouch for.
 */
@@ -5200,7 +5210,8 @@ begin
            and o.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
     inner join donto.embedding as e on o.statement_id = e.statement_id and e.model_id = p_model_id
     where a.arm_id = v_arm
-          and (e.login_role = session_user or donto._owners_login(e.login_role))
+          and (coalesce(e.login_role, o.login_role) = session_user
+               or donto._owners_login(coalesce(e.login_role, o.login_role)))
           and u.revision_id = any(p_revision_ids)
           and not exists (select 1 from donto.embedding as h
                           where h.statement_id = u.statement_id and h.model_id = p_model_id)
@@ -5537,9 +5548,11 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-The verdict of the arm P_ARM_ID on gate GATE_ID (default: the latest gate this session's login
-measured the arm on, donto._acts_for; never another login's), from its latest result
-there and the gate's fixed-1,200 baseline, by donto.ab_decide with the given thresholds. An incomplete extraction is a reject.
+The verdict of the arm P_ARM_ID on gate GATE_ID (default: the latest gate the arm's own
+login measured it on: a writer's arm, name@login, by that login; an arm without @ by an
+owner login; whoever reads), from its latest result there and the gate's fixed-1,200
+baseline, by donto.ab_decide with the given thresholds. An incomplete extraction is a
+reject.
 */
     select
         a.name, r.gate_id, r.result_id, r.run_id, r.stage,
@@ -5569,7 +5582,10 @@ there and the gate's fixed-1,200 baseline, by donto.ab_decide with the given thr
     where a.arm_id = $1
           and r.gate_id = coalesce($2, (
               select r2.gate_id from donto.ab_result as r2
-              where r2.arm_id = a.arm_id and donto._acts_for(r2.login_role)
+              where r2.arm_id = a.arm_id
+                    and case when pg_catalog.strpos(a.name, '@') > 0
+                             then r2.login_role = a.login_role
+                             else donto._owners_login(r2.login_role) end
               order by r2.result_id desc limit 1))
     order by r.result_id desc
     limit 1;
@@ -5603,8 +5619,8 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 The verdict of arm ARM (this login's own, else the arm of exactly that name:
-donto._arm_named) on gate GATE_ID (default: the latest gate this session's login
-measured the arm on), by donto._ab_verdict with the given thresholds.
+donto._arm_named) on gate GATE_ID (default: the latest gate the arm's own login measured
+it on), by donto._ab_verdict with the given thresholds.
 */
     select * from donto._ab_verdict(donto._arm_named($1), $2, $3, $4, $5, $6);
 $$;
@@ -7284,7 +7300,8 @@ Embed, inside the database, every standing statement of revision REV_ID (null:
 of every revision) that has no vector for MODEL (null: the default model;
 registered, see donto.embedding_model_id), for recall's standing slots, and the
 condition of each that names one (donto._standing_condition). Returns how many
-statement vectors were added; a second call adds none.
+statement vectors were added; a second call adds none. A session that is not the
+owner's embeds only the statements its own login filed (donto._may_embed).
 */
 declare
     v_model integer := donto.embedding_model_id(model);
@@ -7298,6 +7315,7 @@ begin
         from donto.x_standing as x
         inner join donto.statement as s on x.statement_id = s.statement_id
         where (rev_id is null or x.revision_id = rev_id)
+              and donto._may_embed(s.login_role)
               and not exists (select 1 from donto.x_standing_vector as v
                               where v.statement_id = x.statement_id and v.model_id = v_model)
         order by x.statement_id
@@ -7314,6 +7332,7 @@ begin
               from donto.x_standing as x
               inner join donto.statement as s on x.statement_id = s.statement_id
               where (rev_id is null or x.revision_id = rev_id)
+                    and donto._may_embed(s.login_role)
                     and not exists (
                         select 1 from donto.x_standing_condition_vector as v
                         where v.statement_id = x.statement_id and v.model_id = v_model)

@@ -389,7 +389,8 @@ Embed, inside the database, every standing statement of revision REV_ID (null:
 of every revision) that has no vector for MODEL (null: the default model;
 registered, see donto.embedding_model_id), for recall's standing slots, and the
 condition of each that names one (donto._standing_condition). Returns how many
-statement vectors were added; a second call adds none.
+statement vectors were added; a second call adds none. A session that is not the
+owner's embeds only the statements its own login filed (donto._may_embed).
 */
 declare
     v_model integer := donto.embedding_model_id(model);
@@ -403,6 +404,7 @@ begin
         from donto.x_standing as x
         inner join donto.statement as s on x.statement_id = s.statement_id
         where (rev_id is null or x.revision_id = rev_id)
+              and donto._may_embed(s.login_role)
               and not exists (select 1 from donto.x_standing_vector as v
                               where v.statement_id = x.statement_id and v.model_id = v_model)
         order by x.statement_id
@@ -419,6 +421,7 @@ begin
               from donto.x_standing as x
               inner join donto.statement as s on x.statement_id = s.statement_id
               where (rev_id is null or x.revision_id = rev_id)
+                    and donto._may_embed(s.login_role)
                     and not exists (
                         select 1 from donto.x_standing_condition_vector as v
                         where v.statement_id = x.statement_id and v.model_id = v_model)

@@ -11,6 +11,9 @@ units through ``donto.ab_reuse_embeddings``.
 
 from __future__ import annotations
 
+import uuid
+
+import psycopg
 import pytest
 from psycopg import errors
 
@@ -138,10 +141,13 @@ def test_a_writers_arm_names_are_its_own(db, logins):
     w.rollback()
     _, as_other = logins()
     o = as_other()
-    with pytest.raises(errors.InvalidParameterValue, match="no arm"):
+    with pytest.raises(errors.InsufficientPrivilege, match="is not this login's"):
         o.execute("select donto.ab_project_arm('fixed1200', %s)", (rev,))
     o.rollback()
     with pytest.raises(errors.InvalidParameterValue, match="no arm"):
+        o.execute("select donto.ab_project_arm('nobody-has-this', %s)", (rev,))
+    o.rollback()
+    with pytest.raises(errors.InsufficientPrivilege, match="is not this login's"):
         o.execute("select donto.ab_reuse_embeddings(%s, 1, %s)", (f"fixed1200@{writer}", [rev]))
     o.rollback()
 
@@ -181,3 +187,61 @@ def test_login_tags_are_one_to_one(db):
                      "donto._login_tag('a%41')").fetchone()
     db.commit()
     assert got == ("alice", "%42ob%20%C3%BC%2Fx", "a%2541")
+
+
+def test_embed_standing_in_the_server_embeds_only_what_the_writer_filed(db, logins):
+    """donto.embed_standing (a definer that encodes with the server's model) leaves the owner's
+    standing statements to the owner when a writer calls it (found by review)."""
+    rev = loaded(db, "doc:vec/server-standing")
+    _, as_writer = logins()
+    w = as_writer()
+    default_model(w)
+    assert w.execute("select donto.embed_standing(%s)", (rev,)).fetchone()[0] == 0
+    w.commit()
+    assert db.execute("select count(*) from donto.x_standing_vector as v join donto.x_standing "
+                      "as x using (statement_id) where x.revision_id = %s",
+                      (rev,)).fetchone() == (0,)
+    assert db.execute("select donto.embed_standing(%s)", (rev,)).fetchone()[0] > 0
+    db.commit()
+
+
+def test_an_owners_arm_stays_the_owners_whichever_owner_login_made_it(db, logins):
+    """An arm without @ is the owner's: an admin login (a member of the owner) registers
+    it, is dropped, and the owner still projects into it; a writer naming it to write is
+    told it is not its own (42501), a reader sees its verdict without naming a gate."""
+    rev = loaded(db, "doc:vec/admin-arm")
+    owner = db.execute("select nspowner::regrole::text from pg_namespace where nspname = "
+                       "'donto'").fetchone()[0]
+    admin = f"admin_{uuid.uuid4().hex[:10]}"  # dropped here, so not the logins fixture's
+    db.execute(f"create role {admin} login password 'pw' in role {owner}")
+    db.commit()
+    info = db.info
+    with psycopg.connect(host=info.host, port=info.port, user=admin, password="pw",
+                         dbname=info.dbname) as a:
+        a.execute("select donto.ab_register_arm('fixed900', 'fixed', '{\"window\": 900}')")
+    db.execute(f"drop role {admin}")
+    db.commit()
+    assert db.execute("select login_role from donto.ab_arm where name = 'fixed900'"
+                      ).fetchone() == (admin,)
+    assert db.execute("select donto.ab_project_arm('fixed900', %s)", (rev,)).fetchone()[0] > 0
+    db.commit()
+    _, as_writer = logins()
+    w = as_writer()
+    with pytest.raises(errors.InsufficientPrivilege, match="not this login's"):
+        w.execute("select donto.ab_project_arm('fixed900', %s)", (rev,))
+    w.rollback()
+    # the owner records a result; a reader's verdict finds its gate by default
+    model = default_model(db)
+    gate = db.execute("select donto.ab_record_gate('g900', %s, '[]', 10, %s, 'hybrid', 0)",
+                      ([rev], model)).fetchone()[0]
+    run = db.execute("select run_id from donto.start_extraction_run("
+                     "'[{\"name\": \"baseline\", \"model\": \"donto-baseline-v1\"}]', '{}', "
+                     "null, null)").fetchone()[0]
+    db.execute("select donto.ab_record_result('r900', %s, 'fixed900', %s, 'rejected', 0, '{}', "
+               "'rejected before the recall pass')", (gate, run))
+    db.commit()
+    _, as_reader = logins("donto_reader")
+    r = as_reader()
+    assert r.execute("select gate, verdict from donto.ab_verdict('fixed900')").fetchone() == (
+        gate, "reject")
+    r.commit()
