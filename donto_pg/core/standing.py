@@ -27,7 +27,7 @@ from dataclasses import dataclass
 __all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "condition", "detect",
            "sentences", "subject_key"]
 
-RULES_VERSION = "rules-v2"
+RULES_VERSION = "rules-v3"
 KINDS = ("instruction", "preference", "constraint")
 #: Sentences longer than this are not standing statements (a long sentence is a story).
 MAX_CHARS = 400
@@ -57,6 +57,8 @@ _PREFERENCE = re.compile(
     r"|i'd (?:really |much )?(?:prefer|rather)|i would (?:really |much )?(?:prefer|rather)"
     r"|my (?:preference|preferred|favou?rite)|i(?:'m| am) (?:a big |a )?fan of"
     r"|i (?:really )?(?:like|love|enjoy) (?:it|them) (?:when|better)"
+    r"|i (?:really |absolutely |just )?(?:love|enjoy) (?!doing\b|getting\b|hearing\b|seeing\b"
+    r"|knowing\b|being\b|having\b)[a-z]+ing\b"
     r"|i like [^.?!]{1,60}\bbetter\b)", re.I)
 _CONSTRAINT = re.compile(
     r"\b(?:i(?:'m| am) (?:allergic|intolerant|vegetarian|vegan|lactose)"
@@ -64,7 +66,19 @@ _CONSTRAINT = re.compile(
     r"|travel|work on|exceed)"
     r"|my (?:budget|limit|deadline) is|i only have|no more than|not more than|at most)\b", re.I)
 _QUESTION = re.compile(r"\?\s*$")
-_REQUEST = re.compile(r"\b(?:can|could|will|would) you\b|\bplease\b", re.I)
+# A tag that asks for assent, not for an answer: "Always ..., okay?" is an instruction.
+# (Not "right?" or "yeah?": those ask to confirm a fact.)
+_TAG = re.compile(r",\s*(?:ok(?:ay)?|alright|all right|got it|understood|deal|sound good|"
+                  r"is that ok(?:ay)?|is that clear)\s*\?\s*$", re.I)
+_REQUEST = re.compile(r"\b(?:can|could|will|would) you\b|\bplease\b|\bwould you mind\b"
+                      r"|\b(?:would|will) it be possible\b|\bis it possible\b", re.I)
+# Where a clause of a long sentence ends: a comma before a conjunction or a question word,
+# a semicolon, a question mark (a preference said in passing: "..., and I prefer simple,
+# minimal dependencies, how can I ...?").
+_CLAUSE_END = re.compile(
+    r",\s*(?=(?:so|but|and|or|yet|how|what|which|where|when|why|who|can|could|would|will|"
+    r"should|do|does|did|is|are|am|considering|while|since|because|though|although|if)\b)"
+    r"|[;?]|\s+(?:so|but) (?:can|could|would|will) you\b", re.I)
 
 _STOP = frozenset("""
 a an the and or but so if then than that this these those of to in on at by for from with without
@@ -154,7 +168,7 @@ def _content(text: str) -> list[str]:
 
 
 def _kind(sentence: str) -> str | None:
-    s = sentence.replace("\u2019", "'")
+    s = _TAG.sub(".", sentence.replace("\u2019", "'"))
     if any(p.search(s) for p in _INSTRUCTION):
         # "Should I always ...?" is a question about the user's own habits, not an order;
         # "what if I need a break?" asks about a case, it does not set a rule. A question
@@ -170,17 +184,39 @@ def _kind(sentence: str) -> str | None:
     return None
 
 
+def _said_in_passing(sentence: str) -> tuple[int, int] | None:
+    """The span [start, end) in SENTENCE of a preference said in passing inside a sentence
+    too long to be a standing statement ("I'm trying to ..., and I prefer step-by-step
+    explanations with concrete examples, so can you help me ...?" in 450 characters): from
+    its "I prefer" to the end of its clause; None when there is none. (A shorter sentence
+    with a preference is one whole, as rules-v2 kept it.)"""
+    m = _PREFERENCE.search(sentence.replace("\u2019", "'"))
+    if m is None:
+        return None
+    end = _CLAUSE_END.search(sentence, m.end())
+    stop = end.start() if end else len(sentence)
+    clause = sentence[m.start():stop].rstrip(" ,.!")
+    if not _MIN_CHARS <= len(clause) <= MAX_CHARS:
+        return None
+    return m.start(), m.start() + len(clause)
+
+
 def detect(text: str) -> list[Standing]:
-    """The standing statements of one user turn's TEXT, in order of appearance."""
+    """The standing statements of one user turn's TEXT, in order of appearance: sentences
+    that read as an instruction, a preference or a constraint, and (from rules-v3) the
+    clause of a preference said in passing in a longer sentence or a question."""
     out = []
     for start, end in sentences(text):
         sent = text[start:end]
-        if not _MIN_CHARS <= len(sent) <= MAX_CHARS:
+        kind = _kind(sent) if _MIN_CHARS <= len(sent) <= MAX_CHARS else None
+        if kind is not None:
+            out.append(Standing(kind, start, end, sent, subject_key(sent, kind)))
             continue
-        kind = _kind(sent)
-        if kind is None:
-            continue
-        out.append(Standing(kind, start, end, sent, subject_key(sent, kind)))
+        span = _said_in_passing(sent)
+        if span is not None:
+            clause = sent[span[0]:span[1]]
+            out.append(Standing("preference", start + span[0], start + span[1], clause,
+                                subject_key(clause, "preference")))
     return out
 
 

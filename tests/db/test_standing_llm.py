@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from donto_pg import extract, loader
+from donto_pg.core.standing import RULES_VERSION as RULES
 from donto_pg.embed import embed_pending
 from donto_pg.llm import Provider, ProviderPool
 from tests.conftest import session_batches, write_chat
@@ -163,15 +164,15 @@ def test_a_later_standing_claim_on_the_same_subject_supersedes(extracted):
     assert g1[2] == g2[1] and g2[2] is None  # the injected French one never took over
     assert (str(g1[3].lower), str(g2[3].lower)) == ("2024-01-10", "2024-02-20")
     # the same words found by both detectors: the rule detector's statement stands for them
-    rules, llm = st[f"rules-v2: {HEIRLOOM}"], st[f"llm-v1: {HEIRLOOM}"]
+    rules, llm = st[f"{RULES}: {HEIRLOOM}"], st[f"llm-v1: {HEIRLOOM}"]
     assert rules[2] is None and llm[2] == rules[1]
 
 
 def test_as_of_before_a_standing_claim_does_not_see_it(extracted):
     db, _, (before, after_first) = extracted
-    assert set(_standing(db, before)) == {f"rules-v2: {HEIRLOOM}"}
+    assert set(_standing(db, before)) == {f"{RULES}: {HEIRLOOM}"}
     then = _standing(db, after_first)
-    assert set(then) == {f"rules-v2: {HEIRLOOM}", f"llm-v1: {HEIRLOOM}", f"llm-v1: {GARDEN1}"}
+    assert set(then) == {f"{RULES}: {HEIRLOOM}", f"llm-v1: {HEIRLOOM}", f"llm-v1: {GARDEN1}"}
     assert then[f"llm-v1: {GARDEN1}"][2] is None  # in force until GARDEN2 was recorded
     # retracting the claim a standing statement was made from withdraws it, from then on
     claim = db.execute("select (s.object_lit ->> 'claim')::bigint from donto.statement as s "
@@ -203,7 +204,7 @@ def test_recall_and_payload_give_the_llm_standing_statement(embedded, connect):
     # the standing block, most similar first: the statement in force related to the
     # question (cosine about 0.40 here), then the unrelated preference (about 0.30, above
     # the default bar 0.25)
-    assert slots == [(GARDEN2, "llm-v1"), (HEIRLOOM, "rules-v2")]
+    assert slots == [(GARDEN2, "llm-v1"), (HEIRLOOM, RULES)]
     texts = {r[0] for r in rows}
     assert not texts & {GARDEN1, FRENCH}  # superseded, injected
     p = db.execute("select donto.recall_payload(%s, 4000, k => 6, context => %s)",
@@ -215,7 +216,7 @@ def test_recall_and_payload_give_the_llm_standing_statement(embedded, connect):
         "select st.statement_text, x.detector from donto.standing(%s) as st "
         "join donto.x_standing as x using (statement_id) where st.superseded_by is null",
         (CTX,)).fetchall()
-    assert sorted(got) == sorted([(HEIRLOOM, "rules-v2"), (GARDEN2, "llm-v1")])
+    assert sorted(got) == sorted([(HEIRLOOM, RULES), (GARDEN2, "llm-v1")])
     rp = reader.execute("select donto.recall_payload(%s, 4000, k => 6, context => %s)",
                         (QUESTION, CTX)).fetchone()[0]
     assert rp["standing"] == p["standing"]

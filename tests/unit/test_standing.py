@@ -19,6 +19,12 @@ from donto_pg.core.standing import MAX_CHARS, condition, detect, sentences, subj
     ("I'd rather take the train than fly.", "preference"),
     ("I'm allergic to peanuts.", "constraint"),
     ("My budget is $500 for the whole trip.", "constraint"),
+    # rules-v3: a tag asking for assent does not make an instruction a question; a
+    # request phrased as "would it be possible" is a request; "I love <doing>" a preference
+    ("Always answer me in French when I ask about recipes, okay?", "instruction"),
+    ("When I ask about flights, would it be possible to always list the layovers?",
+     "instruction"),
+    ("I love drinking herbal teas in the evening.", "preference"),
 ])
 def test_standing_sentences_are_found_with_their_kind(text: str, kind: str) -> None:
     found = detect(text)
@@ -34,6 +40,8 @@ def test_standing_sentences_are_found_with_their_kind(text: str, kind: str) -> N
     "What should I do if I need help outside office hours?",
     "That sounds great, thanks for the help.",
     "I went to the market yesterday and bought apples.",
+    "Always the same problem with this build, right?",  # it asks to confirm a fact
+    "I love seeing how far the project has come.",
 ])
 def test_ordinary_sentences_are_not_standing(text: str) -> None:
     assert detect(text) == []
@@ -87,3 +95,30 @@ def test_the_detector_is_deterministic() -> None:
 ])
 def test_the_condition_of_an_instruction_is_what_it_applies_to(text: str, expected) -> None:
     assert condition(text) == expected
+
+
+# A story long enough that the sentence is no standing statement as a whole.
+STORY = "I'm trying to get through the course, and we covered a lot of ground today, " * 5
+
+
+@pytest.mark.parametrize("text, clause", [
+    # BEAM 100K/5 and 100K/1: a preference said in passing inside a long question
+    (STORY + "and I prefer step-by-step explanations with concrete examples like coin "
+     "tosses, so can you help me calculate the odds of rolling an even number?",
+     "I prefer step-by-step explanations with concrete examples like coin tosses"),
+    (STORY + "so I prefer simple, minimal dependencies, how can I ensure that my Flask app "
+     "stays minimal?",
+     "I prefer simple, minimal dependencies"),
+    (STORY + "and I prefer window seats on long drives; what should I pack?",
+     "I prefer window seats on long drives"),
+])
+def test_a_preference_said_in_passing_is_kept_as_its_clause(text: str, clause: str) -> None:
+    assert len(text) > MAX_CHARS
+    found = detect(text)
+    assert [(s.kind, s.text) for s in found] == [("preference", clause)]
+    assert text[found[0].start:found[0].end] == clause
+
+
+def test_a_short_sentence_with_a_preference_stays_whole() -> None:
+    text = "I prefer simple, minimal dependencies, how can I keep my app small?"
+    assert [s.text for s in detect(text)] == [text]
