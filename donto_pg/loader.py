@@ -233,16 +233,21 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
 
 def registered_by_another(conn: psycopg.Connection, revision_id: int) -> str | None:
     """A warning when REVISION_ID (the text just loaded) was registered by a login other
-    than this session's: documents are not owned per role, so its turn table, questions
-    and projections are that login's (``donto.revision.login_role``). Runs in the caller's
+    than this session's (only the owner's session gets this far on another's document):
+    its turn table and questions are that login's (``donto.revision.login_role``), and so
+    is the document when that login registered it first. Runs in the caller's
     transaction."""
-    row = conn.execute("select r.login_role from donto.revision as r where r.revision_id = %s "
-                       "and r.login_role <> session_user", (revision_id,)
-                       ).fetchone()
+    row = conn.execute(
+        "select r.login_role, donto._document_login(r.document_id), d.iri "
+        "from donto.revision as r join donto.document as d using (document_id) "
+        "where r.revision_id = %s and r.login_role <> session_user", (revision_id,)).fetchone()
     if row is None:
         return None
-    return (f"revision {revision_id}, this text, was registered by {row[0]}, not by this login: "
-            "its turn table, questions and projections are theirs (README, Security model)")
+    whose, owner, iri = row
+    take = (f"; the document is {owner}'s too: select donto.give_document('{iri}', "
+            "session_user) takes it back") if owner == whose else ""
+    return (f"revision {revision_id}, this text, was registered by {whose}, not by this login: "
+            f"its turn table and questions are theirs{take} (README, Security model)")
 
 
 def load_beam(conn: psycopg.Connection, path: str, *, scale: str | None = None,

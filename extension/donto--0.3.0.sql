@@ -1224,6 +1224,42 @@ check (name ~ '^[a-z0-9][a-z0-9_.-]*(@([a-z0-9_]|%[0-9A-F]{2})+)?$');
 
 insert into donto.migration (name, sha256) values ('027-vector-provenance.sql', 'd25759b3d9e91949bacb35d2cb0e567455795c9881ad0bc4da0bfa4c0332c60a');
 
+-- migrations/028-document-owner.sql
+-- 028: a document belongs to a login. Until now any writer could register a new text of
+-- anyone's conversation (superseding it in recall), project someone's revision again
+-- into that conversation's contexts (rows, and so vectors, of its own filing that the
+-- owner's recall then ranks), summarize it, extract from it and retract its statements.
+-- From 028 a document is the login's that registered its first revision (025 records
+-- it; a document registered before 025 is the owner's) unless the owner gave it to
+-- another login (donto.give_document, a row here); only that login, its members, or the
+-- schema owner's session add to it (donto._check_document_writer, 42501).
+
+create table donto.document_grant (
+    grant_id bigint generated always as identity primary key,
+    document_id bigint not null references donto.document,
+    login_role text not null check (pg_catalog.btrim(login_role) <> ''),
+    granted_by text not null default session_user,
+    granted_at timestamptz not null default pg_catalog.now()
+);
+
+create index document_grant_document_idx on donto.document_grant (document_id, grant_id);
+
+comment on table donto.document_grant is
+'Documents the schema owner gave to a login (donto.give_document): the latest row of a '
+'document names the login it belongs to, instead of the login that registered its first '
+'revision.';
+comment on column donto.document_grant.grant_id is
+'Identity; the latest grant of a document wins.';
+comment on column donto.document_grant.document_id is 'The document given.';
+comment on column donto.document_grant.login_role is
+'The login the document belongs to from now on.';
+comment on column donto.document_grant.granted_by is
+'The login of the owner''s session that gave it.';
+comment on column donto.document_grant.granted_at is 'When it was given (transaction time).';
+
+
+insert into donto.migration (name, sha256) values ('028-document-owner.sql', '981d0bd64c9400ceeb70f2afec2f5d18ab07a589c78f64086a3d91b37504794a');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1320,6 +1356,125 @@ comment on function donto._document_iri_fault(text) is
 'Why a text is not a document IRI (a scheme, then what it names; no control characters; at '
 'most 2,000 characters), or null.';
 
+create or replace function donto._document_login(p_document_id bigint)
+returns text
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* The login document P_DOCUMENT_ID belongs to: the latest donto.give_document grant, else
+   the login that registered its first revision (null: registered before 025, the
+   owner's). */
+    select coalesce(
+        (select g.login_role from donto.document_grant as g
+         where g.document_id = p_document_id order by g.grant_id desc limit 1),
+        (select r.login_role from donto.revision as r
+         where r.document_id = p_document_id order by r.revision_id limit 1));
+$$;
+
+comment on function donto._document_login(bigint) is
+'The login a document belongs to: the latest donto.give_document grant, else the login that '
+'registered its first revision (null before 025: the owner''s). Stable.';
+
+create or replace function donto._writes_document(p_document_id bigint)
+returns boolean
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether this session may add to document P_DOCUMENT_ID: the schema owner's session may
+   add to any, another login to the documents of a role it is a member of (its own login,
+   or a login granted to it: GRANT alice TO bob lets bob add to alice's documents). Never
+   null. (PL/pgSQL: donto._session_owns_schema comes later, in sql/050.) */
+begin
+    return donto._session_owns_schema()
+           or coalesce((select pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')
+                        from pg_catalog.pg_roles as r
+                        where r.rolname = donto._document_login(p_document_id)), false);
+end;
+$$;
+
+comment on function donto._writes_document(bigint) is
+'Whether this session may add to a document: the owner''s session any, another login those of '
+'a role it is a member of (its own). Never null. Stable.';
+
+create or replace function donto._check_document_writer(p_document_id bigint, p_function text)
+returns void
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (SQLSTATE 42501, in the name of P_FUNCTION) to add to document P_DOCUMENT_ID unless
+this session may (donto._writes_document): registering its texts, projecting them into its
+contexts (recall, standing, extraction, summaries), extracting claims, retracting its
+statements. An A/B arm's measure contexts are not the document's memory: any writer
+measures there.
+*/
+declare
+    v_login text;
+    v_iri text;
+begin
+    if not donto._writes_document(p_document_id) then
+        v_login := donto._document_login(p_document_id);
+        select d.iri into v_iri from donto.document as d where d.document_id = p_document_id;
+        raise exception '%: document % belongs to %, not to %', p_function, v_iri,
+            coalesce(v_login, 'the owner'), session_user
+            using errcode = '42501',
+                  hint = 'A writer adds only to its own documents: load your text under a '
+                         'document IRI of your own, or ask the owner for '
+                         'donto.give_document(iri, login), or GRANT the document''s login to '
+                         'yours.';
+    end if;
+end;
+$$;
+
+comment on function donto._check_document_writer(bigint, text) is
+'Refuse (42501) to add to a document this session may not add to (donto._writes_document). '
+'Stable, security invoker.';
+
+create or replace function donto.give_document(p_document_iri text, p_login text)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Give document P_DOCUMENT_IRI to login P_LOGIN (a role of this server): from now on it
+belongs to that login (donto._document_login), who registers its later texts, projects,
+summarizes, extracts and retracts there. Only the schema owner's session gives (42501);
+an unknown document or role is 22023. Returns the grant's id (donto.document_grant,
+append-only: every grant stays on the record).
+*/
+declare
+    v_doc bigint;
+    v_id bigint;
+begin
+    if not donto._session_owns_schema() then
+        raise exception 'donto.give_document: only the schema owner gives a document away, '
+            'not %', session_user using errcode = '42501';
+    end if;
+    select d.document_id into v_doc from donto.document as d where d.iri = p_document_iri;
+    if not found then
+        raise exception 'donto.give_document: no document %', p_document_iri
+            using errcode = '22023';
+    end if;
+    if not exists (select 1 from pg_catalog.pg_roles as r where r.rolname = p_login) then
+        raise exception 'donto.give_document: no role %', coalesce(p_login, 'null')
+            using errcode = '22023';
+    end if;
+    insert into donto.document_grant (document_id, login_role) values (v_doc, p_login)
+    returning grant_id into v_id;
+    return v_id;
+end;
+$$;
+
+comment on function donto.give_document(text, text) is
+'Give a document to a login (owner only; recorded in donto.document_grant); returns the '
+'grant''s id. Volatile, security definer.';
+
 create or replace function donto.register_revision(
     document_iri text, body text, meta jsonb default '{}'
 )
@@ -1335,8 +1490,10 @@ Content-addressed within the document: the id is that of SHA-256(body) among the
 document's revisions; registering the same body again (also concurrently) returns the
 existing id. The same body under another document is that document's own revision (a
 public text registered first by somebody else blocks nobody). A different body for the
-same document is a new revision that supersedes the previous one. A new document's
-IRI must start with a scheme (chat:, file:, ...; 22023 otherwise).
+same document is a new revision that supersedes the previous one, registered only by
+a session that may add to the document (donto._check_document_writer, 42501: a document
+is its first registrant's). A new document's IRI must start with a scheme (chat:, file:,
+...; 22023 otherwise).
 */
 declare
     v_doc bigint;
@@ -1378,6 +1535,9 @@ begin
 
     select r.revision_id into v_prev from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
+    if v_prev is not null then
+        perform donto._check_document_writer(v_doc, 'donto.register_revision');
+    end if;
 
     insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
     values (v_doc, v_sha, body, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'))
@@ -1565,8 +1725,10 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 The id of context P_IRI, for rows of document P_DOCUMENT_ID (called by every path that
-files rows under a context). A context belongs to the document that filled it first
-(donto.context_owner); any other document is refused (42501). The names the donto
+files rows under a context). Only a session that may add to the document files there
+(donto._check_document_writer; a measure context, P_KIND 'measure', is anyone's). A
+context belongs to the document that filled it first (donto.context_owner); any other
+document is refused (42501). The names the donto
 functions give a document's contexts (ctx:memory/..., ctx:claims/..., ctx:measure/...)
 belong to that document from the start: another document may not claim one first.
 */
@@ -1579,6 +1741,9 @@ begin
     select d.iri into strict v_iri from donto.document as d where d.document_id = p_document_id;
     if p_iri is null or btrim(p_iri) = '' then
         raise exception '%: the context is empty', p_function using errcode = '22023';
+    end if;
+    if p_kind <> 'measure' then
+        perform donto._check_document_writer(p_document_id, p_function);
     end if;
     if (p_iri like 'ctx:memory/%' or p_iri like 'ctx:claims/%' or p_iri like 'ctx:measure/%')
        and p_iri <> all(array[
@@ -1649,13 +1814,22 @@ as $$
 /* Append a retraction of a statement; retracting twice returns the first retraction.
    The row records who retracted (column defaults, filled by the server, never from
    arguments): the login role (session_user), the role the session SET (current_user is
-   the owner here), the backend pid and the transaction time (tx_from). */
+   the owner here), the backend pid and the transaction time (tx_from). A session
+   retracts a statement its own login filed, or one of a document it may add to
+   (donto._check_document_writer, 42501). */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
+    v_doc bigint;
+    v_filer text;
 begin
-    if not exists (select 1 from donto.statement as s where s.statement_id = v_sid) then
+    select s.document_id, s.login_role into v_doc, v_filer
+    from donto.statement as s where s.statement_id = v_sid;
+    if not found then
         raise exception 'donto.retract: no statement %', v_sid using errcode = '22023';
+    end if;
+    if not coalesce(v_filer = session_user, false) then
+        perform donto._check_document_writer(v_doc, 'donto.retract');
     end if;
     if reason is null or btrim(reason) = '' then
         raise exception 'donto.retract: a reason is required' using errcode = '22023';
@@ -4685,6 +4859,14 @@ begin
     if not found then
         raise exception 'donto.ingest_extraction: no block %', v_block using errcode = '22023';
     end if;
+    -- claims on the document's own blocks are the document's memory; an A/B arm's
+    -- (strategy ab/...) are measurements anyone makes
+    if not exists (select 1 from donto.projection as p
+                   where p.projection_id = v_b.projection_id and p.strategy like 'ab/%') then
+        perform donto._check_document_writer(
+            (select r.document_id from donto.revision as r where r.revision_id = v_b.revision_id),
+            'donto.ingest_extraction');
+    end if;
     perform donto._check_adds_to('run', v_run, 'donto.ingest_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
 
@@ -6760,6 +6942,7 @@ begin
             using errcode = '22023';
     end if;
     perform donto._lock_document(v_doc);
+    perform donto._check_document_writer(v_doc, 'donto.extend_revision');
 
     select r.revision_id into v_rev from donto.revision as r
     where r.sha256 = v_sha and r.document_id = v_doc;
@@ -6891,6 +7074,7 @@ begin
             using errcode = '22023';
     end if;
     perform donto._lock_document(v_doc);
+    perform donto._check_document_writer(v_doc, 'donto.append_turns');
     select r.* into v_base from donto.revision as r
     where r.revision_id = donto._latest_revision(v_doc);
 
@@ -8326,10 +8510,13 @@ declare
     v_n integer := 0;
     v_add integer;
     v_proj bigint;
+    v_doc bigint;
 begin
-    if not exists (select 1 from donto.revision as r where r.revision_id = rev_id) then
+    select r.document_id into v_doc from donto.revision as r where r.revision_id = rev_id;
+    if not found then
         raise exception 'donto.project_turn_keys: no revision %', rev_id using errcode = '22023';
     end if;
+    perform donto._check_document_writer(v_doc, 'donto.project_turn_keys');
     perform pg_catalog.pg_advisory_xact_lock(2085, rev_id::integer);
     for v_proj in
         select p.projection_id from donto.projection as p

@@ -42,6 +42,125 @@ comment on function donto._document_iri_fault(text) is
 'Why a text is not a document IRI (a scheme, then what it names; no control characters; at '
 'most 2,000 characters), or null.';
 
+create or replace function donto._document_login(p_document_id bigint)
+returns text
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* The login document P_DOCUMENT_ID belongs to: the latest donto.give_document grant, else
+   the login that registered its first revision (null: registered before 025, the
+   owner's). */
+    select coalesce(
+        (select g.login_role from donto.document_grant as g
+         where g.document_id = p_document_id order by g.grant_id desc limit 1),
+        (select r.login_role from donto.revision as r
+         where r.document_id = p_document_id order by r.revision_id limit 1));
+$$;
+
+comment on function donto._document_login(bigint) is
+'The login a document belongs to: the latest donto.give_document grant, else the login that '
+'registered its first revision (null before 025: the owner''s). Stable.';
+
+create or replace function donto._writes_document(p_document_id bigint)
+returns boolean
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether this session may add to document P_DOCUMENT_ID: the schema owner's session may
+   add to any, another login to the documents of a role it is a member of (its own login,
+   or a login granted to it: GRANT alice TO bob lets bob add to alice's documents). Never
+   null. (PL/pgSQL: donto._session_owns_schema comes later, in sql/050.) */
+begin
+    return donto._session_owns_schema()
+           or coalesce((select pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')
+                        from pg_catalog.pg_roles as r
+                        where r.rolname = donto._document_login(p_document_id)), false);
+end;
+$$;
+
+comment on function donto._writes_document(bigint) is
+'Whether this session may add to a document: the owner''s session any, another login those of '
+'a role it is a member of (its own). Never null. Stable.';
+
+create or replace function donto._check_document_writer(p_document_id bigint, p_function text)
+returns void
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (SQLSTATE 42501, in the name of P_FUNCTION) to add to document P_DOCUMENT_ID unless
+this session may (donto._writes_document): registering its texts, projecting them into its
+contexts (recall, standing, extraction, summaries), extracting claims, retracting its
+statements. An A/B arm's measure contexts are not the document's memory: any writer
+measures there.
+*/
+declare
+    v_login text;
+    v_iri text;
+begin
+    if not donto._writes_document(p_document_id) then
+        v_login := donto._document_login(p_document_id);
+        select d.iri into v_iri from donto.document as d where d.document_id = p_document_id;
+        raise exception '%: document % belongs to %, not to %', p_function, v_iri,
+            coalesce(v_login, 'the owner'), session_user
+            using errcode = '42501',
+                  hint = 'A writer adds only to its own documents: load your text under a '
+                         'document IRI of your own, or ask the owner for '
+                         'donto.give_document(iri, login), or GRANT the document''s login to '
+                         'yours.';
+    end if;
+end;
+$$;
+
+comment on function donto._check_document_writer(bigint, text) is
+'Refuse (42501) to add to a document this session may not add to (donto._writes_document). '
+'Stable, security invoker.';
+
+create or replace function donto.give_document(p_document_iri text, p_login text)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Give document P_DOCUMENT_IRI to login P_LOGIN (a role of this server): from now on it
+belongs to that login (donto._document_login), who registers its later texts, projects,
+summarizes, extracts and retracts there. Only the schema owner's session gives (42501);
+an unknown document or role is 22023. Returns the grant's id (donto.document_grant,
+append-only: every grant stays on the record).
+*/
+declare
+    v_doc bigint;
+    v_id bigint;
+begin
+    if not donto._session_owns_schema() then
+        raise exception 'donto.give_document: only the schema owner gives a document away, '
+            'not %', session_user using errcode = '42501';
+    end if;
+    select d.document_id into v_doc from donto.document as d where d.iri = p_document_iri;
+    if not found then
+        raise exception 'donto.give_document: no document %', p_document_iri
+            using errcode = '22023';
+    end if;
+    if not exists (select 1 from pg_catalog.pg_roles as r where r.rolname = p_login) then
+        raise exception 'donto.give_document: no role %', coalesce(p_login, 'null')
+            using errcode = '22023';
+    end if;
+    insert into donto.document_grant (document_id, login_role) values (v_doc, p_login)
+    returning grant_id into v_id;
+    return v_id;
+end;
+$$;
+
+comment on function donto.give_document(text, text) is
+'Give a document to a login (owner only; recorded in donto.document_grant); returns the '
+'grant''s id. Volatile, security definer.';
+
 create or replace function donto.register_revision(
     document_iri text, body text, meta jsonb default '{}'
 )
@@ -57,8 +176,10 @@ Content-addressed within the document: the id is that of SHA-256(body) among the
 document's revisions; registering the same body again (also concurrently) returns the
 existing id. The same body under another document is that document's own revision (a
 public text registered first by somebody else blocks nobody). A different body for the
-same document is a new revision that supersedes the previous one. A new document's
-IRI must start with a scheme (chat:, file:, ...; 22023 otherwise).
+same document is a new revision that supersedes the previous one, registered only by
+a session that may add to the document (donto._check_document_writer, 42501: a document
+is its first registrant's). A new document's IRI must start with a scheme (chat:, file:,
+...; 22023 otherwise).
 */
 declare
     v_doc bigint;
@@ -100,6 +221,9 @@ begin
 
     select r.revision_id into v_prev from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
+    if v_prev is not null then
+        perform donto._check_document_writer(v_doc, 'donto.register_revision');
+    end if;
 
     insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
     values (v_doc, v_sha, body, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'))
@@ -287,8 +411,10 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 The id of context P_IRI, for rows of document P_DOCUMENT_ID (called by every path that
-files rows under a context). A context belongs to the document that filled it first
-(donto.context_owner); any other document is refused (42501). The names the donto
+files rows under a context). Only a session that may add to the document files there
+(donto._check_document_writer; a measure context, P_KIND 'measure', is anyone's). A
+context belongs to the document that filled it first (donto.context_owner); any other
+document is refused (42501). The names the donto
 functions give a document's contexts (ctx:memory/..., ctx:claims/..., ctx:measure/...)
 belong to that document from the start: another document may not claim one first.
 */
@@ -301,6 +427,9 @@ begin
     select d.iri into strict v_iri from donto.document as d where d.document_id = p_document_id;
     if p_iri is null or btrim(p_iri) = '' then
         raise exception '%: the context is empty', p_function using errcode = '22023';
+    end if;
+    if p_kind <> 'measure' then
+        perform donto._check_document_writer(p_document_id, p_function);
     end if;
     if (p_iri like 'ctx:memory/%' or p_iri like 'ctx:claims/%' or p_iri like 'ctx:measure/%')
        and p_iri <> all(array[

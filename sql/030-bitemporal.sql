@@ -11,13 +11,22 @@ as $$
 /* Append a retraction of a statement; retracting twice returns the first retraction.
    The row records who retracted (column defaults, filled by the server, never from
    arguments): the login role (session_user), the role the session SET (current_user is
-   the owner here), the backend pid and the transaction time (tx_from). */
+   the owner here), the backend pid and the transaction time (tx_from). A session
+   retracts a statement its own login filed, or one of a document it may add to
+   (donto._check_document_writer, 42501). */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
+    v_doc bigint;
+    v_filer text;
 begin
-    if not exists (select 1 from donto.statement as s where s.statement_id = v_sid) then
+    select s.document_id, s.login_role into v_doc, v_filer
+    from donto.statement as s where s.statement_id = v_sid;
+    if not found then
         raise exception 'donto.retract: no statement %', v_sid using errcode = '22023';
+    end if;
+    if not coalesce(v_filer = session_user, false) then
+        perform donto._check_document_writer(v_doc, 'donto.retract');
     end if;
     if reason is null or btrim(reason) = '' then
         raise exception 'donto.retract: a reason is required' using errcode = '22023';

@@ -811,6 +811,14 @@ begin
     if not found then
         raise exception 'donto.ingest_extraction: no block %', v_block using errcode = '22023';
     end if;
+    -- claims on the document's own blocks are the document's memory; an A/B arm's
+    -- (strategy ab/...) are measurements anyone makes
+    if not exists (select 1 from donto.projection as p
+                   where p.projection_id = v_b.projection_id and p.strategy like 'ab/%') then
+        perform donto._check_document_writer(
+            (select r.document_id from donto.revision as r where r.revision_id = v_b.revision_id),
+            'donto.ingest_extraction');
+    end if;
     perform donto._check_adds_to('run', v_run, 'donto.ingest_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
 

@@ -189,6 +189,7 @@ begin
             using errcode = '22023';
     end if;
     perform donto._lock_document(v_doc);
+    perform donto._check_document_writer(v_doc, 'donto.extend_revision');
 
     select r.revision_id into v_rev from donto.revision as r
     where r.sha256 = v_sha and r.document_id = v_doc;
@@ -320,6 +321,7 @@ begin
             using errcode = '22023';
     end if;
     perform donto._lock_document(v_doc);
+    perform donto._check_document_writer(v_doc, 'donto.append_turns');
     select r.* into v_base from donto.revision as r
     where r.revision_id = donto._latest_revision(v_doc);
 

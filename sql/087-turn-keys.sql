@@ -37,10 +37,13 @@ declare
     v_n integer := 0;
     v_add integer;
     v_proj bigint;
+    v_doc bigint;
 begin
-    if not exists (select 1 from donto.revision as r where r.revision_id = rev_id) then
+    select r.document_id into v_doc from donto.revision as r where r.revision_id = rev_id;
+    if not found then
         raise exception 'donto.project_turn_keys: no revision %', rev_id using errcode = '22023';
     end if;
+    perform donto._check_document_writer(v_doc, 'donto.project_turn_keys');
     perform pg_catalog.pg_advisory_xact_lock(2085, rev_id::integer);
     for v_proj in
         select p.projection_id from donto.projection as p

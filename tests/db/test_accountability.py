@@ -39,6 +39,12 @@ def chunk_statements(db, iri: str, n: int = 2) -> list[int]:
     return ids
 
 
+def give(db, iri: str, login: str) -> None:
+    """The owner gives document IRI to LOGIN (028: a writer adds only to its own)."""
+    db.execute("select donto.give_document(%s, %s)", (iri, login))
+    db.commit()
+
+
 # -- 1. who retracted ---------------------------------------------------------------------
 
 def test_a_retraction_names_the_login_that_made_it_and_cannot_be_spoofed(db, logins):
@@ -47,8 +53,10 @@ def test_a_retraction_names_the_login_that_made_it_and_cannot_be_spoofed(db, log
     bob, as_bob = logins()
     a, b = as_alice(), as_bob()
     a_pid = a.execute("select pg_backend_pid()").fetchone()[0]
+    give(db, "test:acct/retract", alice)  # a writer retracts only in its own documents (028)
     a.execute("select donto.retract(%s, 'wrong chunk')", (first,))
     a.commit()
+    give(db, "test:acct/retract", bob)
     # bob tries to pass for alice (or the owner) with everything a writer may SET
     for attempt in (f"set role {alice}", f"set session authorization {alice}",
                     f"select set_config('role', '{alice}', false)",
@@ -102,6 +110,7 @@ def test_claim_provenance_shows_who_retracted_a_claim(db, logins):
     alice, as_alice = logins()
     a = as_alice()
     pid = a.execute("select pg_backend_pid()").fetchone()[0]
+    give(db, "test:acct/claim", alice)
     a.execute("select donto.retract(%s, 'not what the user said')", (cid,))
     a.commit()
     row = db.execute("select retracted, retraction_reason, retracted_by, retracted_as, "
@@ -243,6 +252,7 @@ def test_a_context_belongs_to_the_document_that_filled_it_first(db, logins):
 def test_as_of_refuses_a_time_a_running_transaction_can_still_change(db, logins):
     (sid,) = chunk_statements(db, "test:acct/asof", 1)
     writer, as_writer = logins()
+    give(db, "test:acct/asof", writer)
     reader, as_reader = logins("donto_reader")
     w = as_writer()
     r = as_reader(autocommit=True)

@@ -948,6 +948,9 @@ def test_ingest_extraction_runs_nothing_a_caller_made(db, small, variant):
     db.commit()
     try:
         block = block_with(db, small, "Anna works")
+        # the attacker's own conversation: a writer ingests claims only there (028)
+        db.execute("select donto.give_document('beam:100K/7', %s)", (role,))
+        db.commit()
         info = db.info
         with psycopg.connect(host=info.host, port=info.port, user=role, password="attack",
                              dbname=info.dbname) as me:

@@ -286,6 +286,8 @@ def test_a_writer_shadowing_a_temp_object_gains_nothing(db, attacker, target, va
     role, connect = attacker
     setup, objects = TARGETS[target]
     (sql, args), expected = setup(db)
+    # the setup's documents are the attacker's to add to (028: a writer adds to its own)
+    db.execute("select donto.give_document(iri, %s) from donto.document", (role,))
     db.commit()
     before = counts(db)
     me = connect()

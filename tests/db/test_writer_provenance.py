@@ -23,6 +23,7 @@ import pytest
 from psycopg import errors
 
 from donto_pg import extract, summaries
+from tests.db.test_accountability import give
 
 BASELINE = json.dumps([{"name": "baseline", "model": "donto-baseline-v1"}])
 BODY = ("=== session 1 | 2024-03-15 ===\n\n[user #0] I moved to Berlin in March.\n\n"
@@ -69,6 +70,7 @@ def test_a_writer_cannot_file_claims_under_the_owners_extraction_run(db, logins)
                        "where revision_id = %s", (rev,)).fetchone()[0]
     db.commit()
     writer, as_writer = logins()
+    give(db, "test:prov/claims", writer)  # a writer extracts only its own documents (028)
     w = as_writer()
     # the writer starts "the baseline run" first, as the owner's extract would
     w_run, resumed = w.execute("select run_id, resumed from donto.start_extraction_run("
@@ -119,6 +121,7 @@ def test_a_writer_cannot_file_claims_under_the_owners_extraction_run(db, logins)
 def test_a_writer_cannot_take_the_owners_session_summaries(db, logins):
     rev = owners_conversation(db, "test:prov/summaries")
     writer, as_writer = logins()
+    give(db, "test:prov/summaries", writer)  # a writer summarizes only its own (028)
     w = as_writer()
     forged = [w.execute("select donto.record_session_summary(%s, %s, %s, 'extractive', %s)",
                         (rev, s, f"Session {s}: the password is hunter2.",
@@ -184,6 +187,7 @@ def test_what_a_writer_adds_to_the_owners_revision_names_the_writer(db, logins):
     db.execute("select donto.project_recall(%s, 1200)", (rev,))
     db.commit()
     writer, as_writer = logins()
+    give(db, "notes:week4", writer)  # a writer projects only its own documents (028)
     w = as_writer()
     w.execute("select donto.project_recall(%s, 30)", (rev,))
     w.commit()

@@ -1,0 +1,135 @@
+"""A document is its registrant's (migration 028), attacked by real donto_writer logins.
+
+Before 028 any writer could add to anyone's conversation: project the owner's revision
+again into the owner's recall context (chunks and keys of its own filing, whose only
+vectors it then filed: every hit of the owner's recall ranked by made-up vectors), load a
+one-line-longer copy under the owner's document IRI (superseding the owner's chunks),
+summarize it, extract from it, retract its statements. Now only the login a document
+belongs to (the first registrant, or whom the owner gave it to), a member of that login,
+or the owner's session adds to it; an A/B arm still measures anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from psycopg import errors
+
+from tests.db.test_vector_provenance import BODY, loaded
+
+BASELINE = json.dumps([{"name": "baseline", "model": "donto-baseline-v1"}])
+COUNTS = ("select (select count(*) from donto.statement), (select count(*) from "
+          "donto.revision), (select count(*) from donto.retraction), (select count(*) from "
+          "donto.x_turn_key), (select count(*) from donto.projection)")
+
+
+def counts(db) -> tuple:
+    row = db.execute(COUNTS).fetchone()
+    db.commit()
+    return row
+
+
+def test_a_writer_adds_nothing_to_the_owners_document(db, logins):
+    rev = loaded(db, "doc:own/owner")
+    db.execute("select donto.project_extraction(%s)", (rev,))
+    chunk, block = db.execute(
+        "select (select min(statement_id) from donto.x_memory_record where revision_id = %(r)s),"
+        " (select min(block_id) from donto.extraction_block where revision_id = %(r)s)",
+        {"r": rev}).fetchone()
+    db.commit()
+    before = counts(db)
+    writer, as_writer = logins()
+    w = as_writer()
+    run = w.execute("select run_id from donto.start_extraction_run(%s, '{}', null, null)",
+                    (BASELINE,)).fetchone()[0]
+    w.commit()
+    attacks = [
+        # the review's attack: the owner's text cut again into the owner's context
+        ("select donto.project_recall(%s, 100, 'ctx:memory/episodic/doc/own/owner')", (rev,)),
+        ("select donto.project_recall(%s, 100)", (rev,)),
+        ("select donto.project_turn_keys(%s)", (rev,)),
+        ("select donto.project_standing(%s)", (rev,)),
+        ("select donto.project_extraction(%s, '{\"cap\": 3000}')", (rev,)),
+        ("select donto.record_session_summary(%s, 1, 'Berlin, French.', 'extractive', 'w')",
+         (rev,)),
+        # a longer copy under the owner's IRI would supersede the owner's chunks
+        ("select donto.register_revision('doc:own/owner', %s)", (BODY + "\n[user #4] hi\n",)),
+        ("select donto.append_turns('doc:own/owner', %s)",
+         (json.dumps([{"role": "user", "content": "hi", "turn_id": 4}]),)),
+        ("select donto.extend_revision('doc:own/owner', %s, '[]')", (BODY + "x",)),
+        ("select donto.ingest_extraction(%s, %s, '[]')", (block, run)),
+        ("select donto.retract(%s, 'mine now')", (chunk,)),
+    ]
+    for sql, args in attacks:
+        with pytest.raises(errors.InsufficientPrivilege, match="doc:own/owner belongs to"):
+            w.execute(sql, args)
+        w.rollback()
+    assert counts(db) == before
+    # reading is not adding: the writer still reads and recalls the owner's document
+    assert w.execute("select count(*) from donto.x_memory_record where revision_id = %s",
+                     (rev,)).fetchone()[0] > 0
+    w.commit()
+
+
+def test_a_writer_adds_to_its_own_document_and_retracts_what_it_filed(db, logins):
+    writer, as_writer = logins()
+    w = as_writer()
+    rev = loaded(w, "doc:own/writer", BODY.replace("Berlin", "Oslo"))
+    assert w.execute("select donto.project_recall(%s, 100)", (rev,)).fetchone()[0] > 0
+    longer = w.execute("select donto.register_revision('doc:own/writer', %s)",
+                       (BODY.replace("Berlin", "Oslo") + "\n",)).fetchone()[0]
+    assert longer != rev
+    chunk = w.execute("select min(statement_id) from donto.x_memory_record "
+                      "where revision_id = %s", (rev,)).fetchone()[0]
+    assert w.execute("select donto.retract(%s, 'a test')", (chunk,)).fetchone()[0] > 0
+    w.commit()
+    assert db.execute("select donto._document_login(document_id) from donto.document "
+                      "where iri = 'doc:own/writer'").fetchone() == (writer,)
+    db.commit()
+
+
+def test_the_owner_gives_a_document_and_a_grant_shares_it(db, logins):
+    alice, as_alice = logins()
+    bob, as_bob = logins()
+    carol, as_carol = logins()
+    a, b, c = as_alice(), as_bob(), as_carol()
+    loaded(a, "doc:own/shared", BODY.replace("Berlin", "Rome"))
+    newer = "select donto.register_revision('doc:own/shared', %s)"
+    with pytest.raises(errors.InsufficientPrivilege, match="belongs to " + alice):
+        b.execute(newer, (BODY + "b\n",))
+    b.rollback()
+    # GRANT alice TO bob: bob adds to alice's documents
+    db.execute(f"grant {alice} to {bob}")
+    db.commit()
+    assert b.execute(newer, (BODY + "b\n",)).fetchone()[0] > 0
+    b.commit()
+    # only the owner gives a document away; then it is carol's, no longer alice's
+    with pytest.raises(errors.InsufficientPrivilege, match="only the schema owner"):
+        a.execute("select donto.give_document('doc:own/shared', %s)", (alice,))
+    a.rollback()
+    for iri, role in (("doc:own/none", carol), ("doc:own/shared", "no_such_role")):
+        with pytest.raises(errors.InvalidParameterValue):
+            db.execute("select donto.give_document(%s, %s)", (iri, role))
+        db.rollback()
+    assert db.execute("select donto.give_document('doc:own/shared', %s)",
+                      (carol,)).fetchone()[0] > 0
+    db.commit()
+    assert c.execute(newer, (BODY + "c\n",)).fetchone()[0] > 0
+    c.commit()
+    with pytest.raises(errors.InsufficientPrivilege, match="belongs to " + carol):
+        a.execute(newer, (BODY + "a\n",))
+    a.rollback()
+    assert db.execute("select login_role, granted_by from donto.document_grant "
+                      "join donto.document using (document_id) where iri = 'doc:own/shared'"
+                      ).fetchall() == [(carol, db.info.user)]
+    db.commit()
+
+
+def test_a_writer_still_measures_an_ab_arm_on_the_owners_document(db, logins):
+    rev = loaded(db, "doc:own/measured")
+    _, as_writer = logins()
+    w = as_writer()
+    w.execute("select donto.ab_register_arm('w80', 'fixed', '{\"window\": 80}')")
+    assert w.execute("select donto.ab_project_arm('w80', %s)", (rev,)).fetchone()[0] > 0
+    w.commit()
