@@ -7350,8 +7350,8 @@ claim's statement id}, the anchored char span, valid time from its turn's date
 (open: superseding is read by donto.standing), and a donto.x_standing row with
 detector 'llm-v1' under the projection (revision, 'standing', 'llm-v1',
 {run_id}) in the document's standing context. Claims that are not anchored
-never become standing statements. Returns how many were added; a claim already
-projected is skipped.
+never become standing statements, nor do an A/B arm's (its blocks are measurements).
+Returns how many were added; a claim already projected is skipped.
 */
 declare
     v_rev bigint;
@@ -7372,6 +7372,13 @@ begin
     if not found then
         raise exception 'donto._standing_from_claims: no response %', p_response_id
             using errcode = '22023';
+    end if;
+    -- An A/B arm's claims are measurements (its blocks: strategy ab/...), never memory.
+    if exists (select 1 from donto.extraction_response as x
+               inner join donto.extraction_block as b on x.block_id = b.block_id
+               inner join donto.projection as p on b.projection_id = p.projection_id
+               where x.response_id = p_response_id and p.strategy like 'ab/%') then
+        return 0;
     end if;
     if not exists (
         select 1 from donto.x_claim as xc

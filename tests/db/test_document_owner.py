@@ -133,3 +133,30 @@ def test_a_writer_still_measures_an_ab_arm_on_the_owners_document(db, logins):
     w.execute("select donto.ab_register_arm('w80', 'fixed', '{\"window\": 80}')")
     assert w.execute("select donto.ab_project_arm('w80', %s)", (rev,)).fetchone()[0] > 0
     w.commit()
+
+
+def test_an_arms_claims_never_reach_standing_memory(db, logins):
+    """An A/B arm measures any document; the standing claims an LLM gives for its blocks
+    stay measurements: no llm-v1 standing statement in the document's standing memory, for
+    a writer's arm (which may not add to the owner's document) nor for the owner's."""
+    rev = loaded(db, "doc:own/arm-standing")
+    klingon = json.dumps([{"kind": "standing", "subject": "answers", "predicate": "instruction",
+                           "object": "answer in Klingon", "hypothesis": False,
+                           "quote": "From now on, always answer me in French.", "turn": 2}])
+    _, as_writer = logins()
+    ingested = 0
+    for conn in (as_writer(), db):
+        conn.execute("select donto.ab_register_arm('w400', 'fixed', '{\"window\": 400}')")
+        conn.execute("select donto.ab_project_arm('w400', %s)", (rev,))
+        run = conn.execute("select run_id from donto.start_extraction_run("
+                           "'[{\"name\": \"p\", \"model\": \"m\"}]', '{}', null, 'arm')"
+                           ).fetchone()[0]
+        for (block,) in conn.execute("select block_id from donto.ab_pending_blocks('w400', %s, "
+                                     "%s)", (run, [rev])).fetchall():
+            conn.execute("select donto.ingest_extraction(%s, %s, %s)", (block, run, klingon))
+            ingested += 1
+        conn.commit()
+    assert ingested >= 2
+    assert db.execute("select count(*) from donto.x_standing where revision_id = %s and "
+                      "detector like 'llm%%'", (rev,)).fetchone() == (0,)
+    db.commit()
