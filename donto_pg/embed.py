@@ -29,7 +29,7 @@ from donto.x_memory_record as m
 join donto.statement as s using (statement_id)
 where not exists (select 1 from donto.embedding as e
                   where e.statement_id = m.statement_id and e.model_id = %(model)s)
-  and (%(anyone)s or donto._may_embed(s.login_role))
+  and (%(anyone)s or donto._may_embed(s.login_role, s.document_id, s.context_id))
   and (%(context)s::text is null
        or s.context_id = (select context_id from donto.context where iri = %(context)s))
 order by m.statement_id
@@ -212,7 +212,7 @@ from donto.x_standing as x
 inner join donto.statement as s on s.statement_id = x.statement_id
 where not exists (select 1 from donto.{table} as v
                   where v.statement_id = x.statement_id and v.model_id = %(model)s)
-      and (%(anyone)s or donto._may_embed(s.login_role))
+      and (%(anyone)s or donto._may_embed(s.login_role, s.document_id, s.context_id))
       and (%(context)s::text is null or x.revision_id in (
           select p.revision_id from donto.projection as p
           inner join donto.context as c on c.context_id = p.context_id
@@ -265,7 +265,8 @@ select k.key_id, k.key_text
 from donto.x_turn_key as k
 where not exists (select 1 from donto.x_turn_key_vector as v
                   where v.key_id = k.key_id and v.model_id = %(model)s)
-      and donto._may_embed(k.login_role)
+      and donto._may_embed(k.login_role, (select r.document_id from donto.revision as r
+                                          where r.revision_id = k.revision_id), null)
       and (%(context)s::text is null or k.projection_id in (
           select p.projection_id from donto.projection as p
           inner join donto.context as c on c.context_id = p.context_id

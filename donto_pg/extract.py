@@ -96,7 +96,8 @@ def resolve_revisions(
     ``revision_ids`` as given (checked); ``conversations`` are document IRIs
     (``beam:100K/1``, or ``100K/1`` for BEAM), each giving its latest revision
     (``donto._latest_revision``: the latest projected for recall); with neither, the
-    latest revision of every document that has a turn table.
+    latest revision of every document that has a turn table and that this session may add
+    to (``donto._writes_document``: a writer's own documents, every one for the owner).
     Raises ``ValueError`` naming what was not found.
     """
     out: list[int] = []
@@ -118,9 +119,11 @@ def resolve_revisions(
                 raise ValueError(f"no conversation {iri}")
             out.append(row[0])
     if revision_ids is None and conversations is None:
+        # every document this session may add to (a writer's own: donto._writes_document)
         out = [r for (r,) in conn.execute(
             "select x.rev from (select donto._latest_revision(d.document_id) as rev "
-            "                   from donto.document as d) as x "
+            "                   from donto.document as d "
+            "                   where donto._writes_document(d.document_id)) as x "
             "where exists (select 1 from donto.turn as t where t.revision_id = x.rev) "
             "order by x.rev")]
     conn.commit()

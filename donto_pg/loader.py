@@ -232,22 +232,36 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
 
 
 def registered_by_another(conn: psycopg.Connection, revision_id: int) -> str | None:
-    """A warning when REVISION_ID (the text just loaded) was registered by a login other
-    than this session's (only the owner's session gets this far on another's document):
-    its turn table and questions are that login's (``donto.revision.login_role``), and so
-    is the document when that login registered it first. Runs in the caller's
-    transaction."""
+    """A warning when REVISION_ID (the text just loaded) or its document is another
+    login's (only the owner's session gets this far on another's document): the revision's
+    turn table and questions are its registrant's, and a document another login registered
+    first stays that login's unless this load registered a new text of it, which takes it
+    (``donto.register_revision``, in the transaction that registered it; rows that login
+    filed before stay its own)."""
     row = conn.execute(
-        "select r.login_role, donto._document_login(r.document_id), d.iri "
+        "select case when r.login_role <> session_user then r.login_role end, d.iri, "
+        "exists (select 1 from donto.document_grant as g where g.document_id = d.document_id "
+        "and g.login_role = session_user and g.granted_at = r.registered_at), "
+        "case when not donto._writes_document(d.document_id) "
+        "or not donto._owners_login(donto._document_login(d.document_id)) "
+        "and donto._document_login(d.document_id) <> session_user "
+        "then donto._document_login(d.document_id) end "
         "from donto.revision as r join donto.document as d using (document_id) "
-        "where r.revision_id = %s and r.login_role <> session_user", (revision_id,)).fetchone()
+        "where r.revision_id = %s", (revision_id,)).fetchone()
     if row is None:
         return None
-    whose, owner, iri = row
-    take = (f"; the document is {owner}'s too: select donto.give_document('{iri}', "
-            "session_user) takes it back") if owner == whose else ""
-    return (f"revision {revision_id}, this text, was registered by {whose}, not by this login: "
-            f"its turn table and questions are theirs{take} (README, Security model)")
+    registrant, iri, taken, owner = row
+    said = []
+    if registrant is not None:
+        said.append(f"revision {revision_id}, this text, was registered by {registrant}, not by "
+                    "this login: its turn table and questions are theirs")
+    if taken:
+        said.append(f"this load took document {iri} from the login that registered it first "
+                    "(donto.document_grant); the rows that login filed in it stay its own")
+    elif owner is not None:
+        said.append(f"document {iri} is {owner}'s: select donto.give_document('{iri}', "
+                    "session_user) takes it")
+    return "; ".join(said) + " (README, Security model)" if said else None
 
 
 def load_beam(conn: psycopg.Connection, path: str, *, scale: str | None = None,

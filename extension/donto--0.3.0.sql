@@ -1257,8 +1257,17 @@ comment on column donto.document_grant.granted_by is
 'The login of the owner''s session that gave it.';
 comment on column donto.document_grant.granted_at is 'When it was given (transaction time).';
 
+-- donto._check_may_embed gained a third parameter (p_keys) after 027 first shipped it with
+-- two: a database migrated in between keeps the old overload, and every two-argument call
+-- is then ambiguous (42725). sql/086-standing.sql creates the current one.
+drop function if exists donto._check_may_embed(text, bigint[]);
 
-insert into donto.migration (name, sha256) values ('028-document-owner.sql', '981d0bd64c9400ceeb70f2afec2f5d18ab07a589c78f64086a3d91b37504794a');
+-- donto._may_embed now also asks whose the document is (sql/050-recall.sql): the one-argument
+-- form of 027 goes.
+drop function if exists donto._may_embed(text);
+
+
+insert into donto.migration (name, sha256) values ('028-document-owner.sql', 'cfedb91271f410a727ed606e4d666a630c77e6831ba13e5cb6a1cc9595eaf88d');
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
@@ -1424,8 +1433,8 @@ begin
             using errcode = '42501',
                   hint = 'A writer adds only to its own documents: load your text under a '
                          'document IRI of your own, or ask the owner for '
-                         'donto.give_document(iri, login), or GRANT the document''s login to '
-                         'yours.';
+                         'donto.give_document(iri, login) or a DBA for GRANT <its login> TO '
+                         '<yours>.';
     end if;
 end;
 $$;
@@ -1492,7 +1501,8 @@ existing id. The same body under another document is that document's own revisio
 public text registered first by somebody else blocks nobody). A different body for the
 same document is a new revision that supersedes the previous one, registered only by
 a session that may add to the document (donto._check_document_writer, 42501: a document
-is its first registrant's). A new document's IRI must start with a scheme (chat:, file:,
+is its first registrant's); the owner's session that does so for another login's
+document takes it (donto.document_grant). A new document's IRI must start with a scheme (chat:, file:,
 ...; 22023 otherwise).
 */
 declare
@@ -1537,6 +1547,14 @@ begin
     where r.document_id = v_doc order by r.revision_id desc limit 1;
     if v_prev is not null then
         perform donto._check_document_writer(v_doc, 'donto.register_revision');
+        -- The owner's session that registers a new text of another login's document takes
+        -- it (a row of donto.document_grant, on the record): a writer who registered the
+        -- owner's IRI first, with any text, keeps nothing of it once the owner loads it.
+        if donto._session_owns_schema()
+           and not donto._owners_login(donto._document_login(v_doc)) then
+            insert into donto.document_grant (document_id, login_role)
+            values (v_doc, session_user);
+        end if;
     end if;
 
     insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
@@ -1815,20 +1833,25 @@ as $$
    The row records who retracted (column defaults, filled by the server, never from
    arguments): the login role (session_user), the role the session SET (current_user is
    the owner here), the backend pid and the transaction time (tx_from). A session
-   retracts a statement its own login filed, or one of a document it may add to
-   (donto._check_document_writer, 42501). */
+   retracts a statement of a document it may add to (donto._check_document_writer,
+   42501), or one it filed in an A/B arm's measure context. */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
     v_doc bigint;
     v_filer text;
+    v_measure boolean;
 begin
-    select s.document_id, s.login_role into v_doc, v_filer
-    from donto.statement as s where s.statement_id = v_sid;
+    select s.document_id, s.login_role, c.iri like 'ctx:measure/%'
+    into v_doc, v_filer, v_measure
+    from donto.statement as s inner join donto.context as c using (context_id)
+    where s.statement_id = v_sid;
     if not found then
         raise exception 'donto.retract: no statement %', v_sid using errcode = '22023';
     end if;
-    if not coalesce(v_filer = session_user, false) then
+    -- what a session filed in a measure context (an A/B arm's) stays its own to retract;
+    -- anything else only while it may add to the document (not after the owner took it)
+    if not (coalesce(v_filer = session_user, false) and v_measure) then
         perform donto._check_document_writer(v_doc, 'donto.retract');
     end if;
     if reason is null or btrim(reason) = '' then
@@ -2604,21 +2627,30 @@ never finds (or takes first) the owner's row, and the owner's never a writer's.
                 else pg_catalog.quote_ident(session_user) || ' ' || p_key end;
 $$;
 
-create or replace function donto._may_embed(p_login text)
+create or replace function donto._may_embed(
+    p_login text, p_document_id bigint, p_context_id bigint
+)
 returns boolean
 language sql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Whether this session may store a vector of a row that login P_LOGIN filed (a statement,
-a recall key): the schema owner's session may store any (its encoder is the one the
-server trusts), any other only of what its own login filed. Never null: a row filed
-before 027's columns (null) is the owner's. A writer therefore cannot file the first
-vector of someone else's chunk, unit, key or standing statement, and so cannot skew how
-recall or an A/B gate ranks it.
+Whether this session may store a vector of a row (a statement, a recall key) that login
+P_LOGIN filed in document P_DOCUMENT_ID, context P_CONTEXT_ID (null: none): the schema
+owner's session may store any (its encoder is the one the server trusts), any other only
+of what its own login filed, and only while it may add to the document
+(donto._writes_document; not after the owner took it) or in an A/B arm's measure
+context. Never null: a row filed before 027's columns (null) is the owner's. A writer
+therefore cannot file the first vector of someone else's chunk, unit, key or standing
+statement, and so cannot skew how recall or an A/B gate ranks it.
 */
-    select donto._session_owns_schema() or coalesce(p_login = session_user, false);
+    select donto._session_owns_schema()
+           or (coalesce(p_login = session_user, false)
+               and (donto._writes_document(p_document_id)
+                    or exists (select 1 from donto.context as c
+                               where c.context_id = p_context_id
+                                     and c.iri like 'ctx:measure/%')));
 $$;
 
 create or replace function donto._index_exact_max()
@@ -3892,12 +3924,13 @@ begin
     end if;
     select n.statement_id into v_bad
     from new_rows as n inner join donto.statement as s on n.statement_id = s.statement_id
-    where not donto._may_embed(s.login_role)
+    where not donto._may_embed(s.login_role, s.document_id, s.context_id)
     limit 1;
     if v_bad is not null then
-        raise exception 'donto.embedding: statement % was filed by another login; % stores '
-            'vectors only of what it filed (the owner''s session stores any)', v_bad,
-            session_user using errcode = '42501';
+        raise exception 'donto.embedding: statement % was filed by another login, or in a '
+            'document % may no longer add to; a writer stores vectors only of what it filed in '
+            'its own documents (the owner''s session stores any)', v_bad, session_user
+            using errcode = '42501';
     end if;
     return null;
 end;
@@ -4851,6 +4884,7 @@ declare
     v_quality jsonb;
     v_qsid bigint;
     v_resp bigint;
+    v_arm text;
 begin
     if v_response is null then
         raise exception 'donto.ingest_extraction: response is null' using errcode = '22023';
@@ -4860,12 +4894,16 @@ begin
         raise exception 'donto.ingest_extraction: no block %', v_block using errcode = '22023';
     end if;
     -- claims on the document's own blocks are the document's memory; an A/B arm's
-    -- (strategy ab/...) are measurements anyone makes
-    if not exists (select 1 from donto.projection as p
-                   where p.projection_id = v_b.projection_id and p.strategy like 'ab/%') then
+    -- (strategy ab/...) are measurements, made by the arm's own login on any document
+    select p.params ->> 'arm' into v_arm from donto.projection as p
+    where p.projection_id = v_b.projection_id and p.strategy like 'ab/%';
+    if v_arm is null then
         perform donto._check_document_writer(
             (select r.document_id from donto.revision as r where r.revision_id = v_b.revision_id),
             'donto.ingest_extraction');
+    elsif not donto._arm_is_mine(v_arm) then
+        raise exception 'donto.ingest_extraction: block % is a unit of arm %, not this '
+            'login''s (%)', v_block, v_arm, session_user using errcode = '42501';
     end if;
     perform donto._check_adds_to('run', v_run, 'donto.ingest_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
@@ -5303,7 +5341,9 @@ inner join donto.context as ctx on s.context_id = ctx.context_id
 inner join donto.revision as rv on b.revision_id = rv.revision_id
 inner join donto.document as d on rv.document_id = d.document_id
 left join donto.evidence_link as e on c.statement_id = e.statement_id
-left join donto.retraction as rt on s.statement_id = rt.statement_id;
+left join donto.retraction as rt on s.statement_id = rt.statement_id
+-- an A/B arm's claims are measurements (its measure context), not the document's claims
+where ctx.iri not like 'ctx:measure/%';
 
 comment on view donto.claim_provenance is
 'Every extracted claim with the exact evidence text (taken from the revision by character '
@@ -5451,6 +5491,26 @@ comment on function donto._arm_key(text) is
 'The stored name of this login''s A/B arm: the name for the owner''s session, name@login '
 'for any other (donto._login_tag). Stable.';
 
+create or replace function donto._arm_is_mine(p_stored_name text)
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether the arm stored as P_STORED_NAME is this session's to write to: for the owner's
+   session an arm without @, for any other its own name@login (a stored name has at most
+   one @: names have none, login tags neither). Never null. */
+    select coalesce(case when donto._session_owns_schema()
+                         then pg_catalog.strpos(p_stored_name, '@') = 0
+                         else pg_catalog.substr(p_stored_name, pg_catalog.strpos(
+                                  p_stored_name, '@'))
+                              = '@' || donto._login_tag(session_user) end, false);
+$$;
+
+comment on function donto._arm_is_mine(text) is
+'Whether a stored A/B arm name is this session''s to write to (the owner''s: no @; a '
+'writer''s: name@its login). Stable.';
+
 create or replace function donto._arm_named(p_name text)
 returns bigint
 language sql
@@ -5504,9 +5564,9 @@ begin
         raise exception '%: no arm % (donto.ab_register_arm)', p_function, p_name
             using errcode = '22023';
     end if;
-    if p_write and pg_catalog.strpos(v_arm.name, '@') > 0 and donto._session_owns_schema() then
-        raise exception '%: arm % is %''s, not the owner''s', p_function, v_arm.name,
-            v_arm.login_role using errcode = '42501';
+    if p_write and not donto._arm_is_mine(v_arm.name) then
+        raise exception '%: arm % is %''s, not %''s', p_function, v_arm.name,
+            coalesce(v_arm.login_role, 'the owner'), session_user using errcode = '42501';
     end if;
     return v_arm;
 end;
@@ -8031,7 +8091,7 @@ begin
         from donto.x_standing as x
         inner join donto.statement as s on x.statement_id = s.statement_id
         where (rev_id is null or x.revision_id = rev_id)
-              and donto._may_embed(s.login_role)
+              and donto._may_embed(s.login_role, s.document_id, s.context_id)
               and not exists (select 1 from donto.x_standing_vector as v
                               where v.statement_id = x.statement_id and v.model_id = v_model)
         order by x.statement_id
@@ -8048,7 +8108,7 @@ begin
               from donto.x_standing as x
               inner join donto.statement as s on x.statement_id = s.statement_id
               where (rev_id is null or x.revision_id = rev_id)
-                    and donto._may_embed(s.login_role)
+                    and donto._may_embed(s.login_role, s.document_id, s.context_id)
                     and not exists (
                         select 1 from donto.x_standing_condition_vector as v
                         where v.statement_id = x.statement_id and v.model_id = v_model)
@@ -8338,16 +8398,19 @@ declare
 begin
     if p_keys then
         select x.key_id into v_bad from donto.x_turn_key as x
-        where x.key_id = any(p_ids) and not donto._may_embed(x.login_role)
+        where x.key_id = any(p_ids)
+              and not donto._may_embed(x.login_role, (select r.document_id from donto.revision
+                                       as r where r.revision_id = x.revision_id), null)
         limit 1;
     else
         select s.statement_id into v_bad from donto.statement as s
-        where s.statement_id = any(p_ids) and not donto._may_embed(s.login_role)
+        where s.statement_id = any(p_ids)
+              and not donto._may_embed(s.login_role, s.document_id, s.context_id)
         limit 1;
     end if;
     if v_bad is not null then
-        raise exception '%: % % was filed by another login; % stores vectors only of what '
-            'it filed (the owner''s session stores any)', p_fn,
+        raise exception '%: % % was filed by another login, or in a document % may no '
+            'longer add to (the owner''s session stores any vector)', p_fn,
             case when p_keys then 'recall key' else 'statement' end, v_bad, session_user
             using errcode = '42501';
     end if;
@@ -9807,9 +9870,10 @@ comment on function donto._owners_login(text) is
 'Whether a row login P_LOGIN filed counts as the schema owner''s: null (filed before logins '
 'were recorded) or a role here that is a member of the owner; never null.';
 
-comment on function donto._may_embed(text) is
-'Whether this session may store a vector of a row login P_LOGIN filed: the owner''s session '
-'any, another only its own login''s (027); never null.';
+comment on function donto._may_embed(text, bigint, bigint) is
+'Whether this session may store a vector of a row login P_LOGIN filed in a document and '
+'context: the owner''s session any, another only its own login''s, while it may add to the '
+'document or in a measure context (027, 028); never null.';
 
 comment on function donto._scoped_key(text) is
 'An idempotency key as this session''s login files it: unchanged for the schema''s owner, '

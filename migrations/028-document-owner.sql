@@ -29,3 +29,12 @@ comment on column donto.document_grant.login_role is
 comment on column donto.document_grant.granted_by is
 'The login of the owner''s session that gave it.';
 comment on column donto.document_grant.granted_at is 'When it was given (transaction time).';
+
+-- donto._check_may_embed gained a third parameter (p_keys) after 027 first shipped it with
+-- two: a database migrated in between keeps the old overload, and every two-argument call
+-- is then ambiguous (42725). sql/086-standing.sql creates the current one.
+drop function if exists donto._check_may_embed(text, bigint[]);
+
+-- donto._may_embed now also asks whose the document is (sql/050-recall.sql): the one-argument
+-- form of 027 goes.
+drop function if exists donto._may_embed(text);

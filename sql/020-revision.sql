@@ -110,8 +110,8 @@ begin
             using errcode = '42501',
                   hint = 'A writer adds only to its own documents: load your text under a '
                          'document IRI of your own, or ask the owner for '
-                         'donto.give_document(iri, login), or GRANT the document''s login to '
-                         'yours.';
+                         'donto.give_document(iri, login) or a DBA for GRANT <its login> TO '
+                         '<yours>.';
     end if;
 end;
 $$;
@@ -178,7 +178,8 @@ existing id. The same body under another document is that document's own revisio
 public text registered first by somebody else blocks nobody). A different body for the
 same document is a new revision that supersedes the previous one, registered only by
 a session that may add to the document (donto._check_document_writer, 42501: a document
-is its first registrant's). A new document's IRI must start with a scheme (chat:, file:,
+is its first registrant's); the owner's session that does so for another login's
+document takes it (donto.document_grant). A new document's IRI must start with a scheme (chat:, file:,
 ...; 22023 otherwise).
 */
 declare
@@ -223,6 +224,14 @@ begin
     where r.document_id = v_doc order by r.revision_id desc limit 1;
     if v_prev is not null then
         perform donto._check_document_writer(v_doc, 'donto.register_revision');
+        -- The owner's session that registers a new text of another login's document takes
+        -- it (a row of donto.document_grant, on the record): a writer who registered the
+        -- owner's IRI first, with any text, keeps nothing of it once the owner loads it.
+        if donto._session_owns_schema()
+           and not donto._owners_login(donto._document_login(v_doc)) then
+            insert into donto.document_grant (document_id, login_role)
+            values (v_doc, session_user);
+        end if;
     end if;
 
     insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)

@@ -12,20 +12,25 @@ as $$
    The row records who retracted (column defaults, filled by the server, never from
    arguments): the login role (session_user), the role the session SET (current_user is
    the owner here), the backend pid and the transaction time (tx_from). A session
-   retracts a statement its own login filed, or one of a document it may add to
-   (donto._check_document_writer, 42501). */
+   retracts a statement of a document it may add to (donto._check_document_writer,
+   42501), or one it filed in an A/B arm's measure context. */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
     v_doc bigint;
     v_filer text;
+    v_measure boolean;
 begin
-    select s.document_id, s.login_role into v_doc, v_filer
-    from donto.statement as s where s.statement_id = v_sid;
+    select s.document_id, s.login_role, c.iri like 'ctx:measure/%'
+    into v_doc, v_filer, v_measure
+    from donto.statement as s inner join donto.context as c using (context_id)
+    where s.statement_id = v_sid;
     if not found then
         raise exception 'donto.retract: no statement %', v_sid using errcode = '22023';
     end if;
-    if not coalesce(v_filer = session_user, false) then
+    -- what a session filed in a measure context (an A/B arm's) stays its own to retract;
+    -- anything else only while it may add to the document (not after the owner took it)
+    if not (coalesce(v_filer = session_user, false) and v_measure) then
         perform donto._check_document_writer(v_doc, 'donto.retract');
     end if;
     if reason is null or btrim(reason) = '' then

@@ -402,21 +402,30 @@ never finds (or takes first) the owner's row, and the owner's never a writer's.
                 else pg_catalog.quote_ident(session_user) || ' ' || p_key end;
 $$;
 
-create or replace function donto._may_embed(p_login text)
+create or replace function donto._may_embed(
+    p_login text, p_document_id bigint, p_context_id bigint
+)
 returns boolean
 language sql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Whether this session may store a vector of a row that login P_LOGIN filed (a statement,
-a recall key): the schema owner's session may store any (its encoder is the one the
-server trusts), any other only of what its own login filed. Never null: a row filed
-before 027's columns (null) is the owner's. A writer therefore cannot file the first
-vector of someone else's chunk, unit, key or standing statement, and so cannot skew how
-recall or an A/B gate ranks it.
+Whether this session may store a vector of a row (a statement, a recall key) that login
+P_LOGIN filed in document P_DOCUMENT_ID, context P_CONTEXT_ID (null: none): the schema
+owner's session may store any (its encoder is the one the server trusts), any other only
+of what its own login filed, and only while it may add to the document
+(donto._writes_document; not after the owner took it) or in an A/B arm's measure
+context. Never null: a row filed before 027's columns (null) is the owner's. A writer
+therefore cannot file the first vector of someone else's chunk, unit, key or standing
+statement, and so cannot skew how recall or an A/B gate ranks it.
 */
-    select donto._session_owns_schema() or coalesce(p_login = session_user, false);
+    select donto._session_owns_schema()
+           or (coalesce(p_login = session_user, false)
+               and (donto._writes_document(p_document_id)
+                    or exists (select 1 from donto.context as c
+                               where c.context_id = p_context_id
+                                     and c.iri like 'ctx:measure/%')));
 $$;
 
 create or replace function donto._index_exact_max()
@@ -1690,12 +1699,13 @@ begin
     end if;
     select n.statement_id into v_bad
     from new_rows as n inner join donto.statement as s on n.statement_id = s.statement_id
-    where not donto._may_embed(s.login_role)
+    where not donto._may_embed(s.login_role, s.document_id, s.context_id)
     limit 1;
     if v_bad is not null then
-        raise exception 'donto.embedding: statement % was filed by another login; % stores '
-            'vectors only of what it filed (the owner''s session stores any)', v_bad,
-            session_user using errcode = '42501';
+        raise exception 'donto.embedding: statement % was filed by another login, or in a '
+            'document % may no longer add to; a writer stores vectors only of what it filed in '
+            'its own documents (the owner''s session stores any)', v_bad, session_user
+            using errcode = '42501';
     end if;
     return null;
 end;

@@ -803,6 +803,7 @@ declare
     v_quality jsonb;
     v_qsid bigint;
     v_resp bigint;
+    v_arm text;
 begin
     if v_response is null then
         raise exception 'donto.ingest_extraction: response is null' using errcode = '22023';
@@ -812,12 +813,16 @@ begin
         raise exception 'donto.ingest_extraction: no block %', v_block using errcode = '22023';
     end if;
     -- claims on the document's own blocks are the document's memory; an A/B arm's
-    -- (strategy ab/...) are measurements anyone makes
-    if not exists (select 1 from donto.projection as p
-                   where p.projection_id = v_b.projection_id and p.strategy like 'ab/%') then
+    -- (strategy ab/...) are measurements, made by the arm's own login on any document
+    select p.params ->> 'arm' into v_arm from donto.projection as p
+    where p.projection_id = v_b.projection_id and p.strategy like 'ab/%';
+    if v_arm is null then
         perform donto._check_document_writer(
             (select r.document_id from donto.revision as r where r.revision_id = v_b.revision_id),
             'donto.ingest_extraction');
+    elsif not donto._arm_is_mine(v_arm) then
+        raise exception 'donto.ingest_extraction: block % is a unit of arm %, not this '
+            'login''s (%)', v_block, v_arm, session_user using errcode = '42501';
     end if;
     perform donto._check_adds_to('run', v_run, 'donto.ingest_extraction');
     perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
@@ -1255,7 +1260,9 @@ inner join donto.context as ctx on s.context_id = ctx.context_id
 inner join donto.revision as rv on b.revision_id = rv.revision_id
 inner join donto.document as d on rv.document_id = d.document_id
 left join donto.evidence_link as e on c.statement_id = e.statement_id
-left join donto.retraction as rt on s.statement_id = rt.statement_id;
+left join donto.retraction as rt on s.statement_id = rt.statement_id
+-- an A/B arm's claims are measurements (its measure context), not the document's claims
+where ctx.iri not like 'ctx:measure/%';
 
 comment on view donto.claim_provenance is
 'Every extracted claim with the exact evidence text (taken from the revision by character '

@@ -67,6 +67,26 @@ comment on function donto._arm_key(text) is
 'The stored name of this login''s A/B arm: the name for the owner''s session, name@login '
 'for any other (donto._login_tag). Stable.';
 
+create or replace function donto._arm_is_mine(p_stored_name text)
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether the arm stored as P_STORED_NAME is this session's to write to: for the owner's
+   session an arm without @, for any other its own name@login (a stored name has at most
+   one @: names have none, login tags neither). Never null. */
+    select coalesce(case when donto._session_owns_schema()
+                         then pg_catalog.strpos(p_stored_name, '@') = 0
+                         else pg_catalog.substr(p_stored_name, pg_catalog.strpos(
+                                  p_stored_name, '@'))
+                              = '@' || donto._login_tag(session_user) end, false);
+$$;
+
+comment on function donto._arm_is_mine(text) is
+'Whether a stored A/B arm name is this session''s to write to (the owner''s: no @; a '
+'writer''s: name@its login). Stable.';
+
 create or replace function donto._arm_named(p_name text)
 returns bigint
 language sql
@@ -120,9 +140,9 @@ begin
         raise exception '%: no arm % (donto.ab_register_arm)', p_function, p_name
             using errcode = '22023';
     end if;
-    if p_write and pg_catalog.strpos(v_arm.name, '@') > 0 and donto._session_owns_schema() then
-        raise exception '%: arm % is %''s, not the owner''s', p_function, v_arm.name,
-            v_arm.login_role using errcode = '42501';
+    if p_write and not donto._arm_is_mine(v_arm.name) then
+        raise exception '%: arm % is %''s, not %''s', p_function, v_arm.name,
+            coalesce(v_arm.login_role, 'the owner'), session_user using errcode = '42501';
     end if;
     return v_arm;
 end;

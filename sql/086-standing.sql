@@ -411,7 +411,7 @@ begin
         from donto.x_standing as x
         inner join donto.statement as s on x.statement_id = s.statement_id
         where (rev_id is null or x.revision_id = rev_id)
-              and donto._may_embed(s.login_role)
+              and donto._may_embed(s.login_role, s.document_id, s.context_id)
               and not exists (select 1 from donto.x_standing_vector as v
                               where v.statement_id = x.statement_id and v.model_id = v_model)
         order by x.statement_id
@@ -428,7 +428,7 @@ begin
               from donto.x_standing as x
               inner join donto.statement as s on x.statement_id = s.statement_id
               where (rev_id is null or x.revision_id = rev_id)
-                    and donto._may_embed(s.login_role)
+                    and donto._may_embed(s.login_role, s.document_id, s.context_id)
                     and not exists (
                         select 1 from donto.x_standing_condition_vector as v
                         where v.statement_id = x.statement_id and v.model_id = v_model)
@@ -718,16 +718,19 @@ declare
 begin
     if p_keys then
         select x.key_id into v_bad from donto.x_turn_key as x
-        where x.key_id = any(p_ids) and not donto._may_embed(x.login_role)
+        where x.key_id = any(p_ids)
+              and not donto._may_embed(x.login_role, (select r.document_id from donto.revision
+                                       as r where r.revision_id = x.revision_id), null)
         limit 1;
     else
         select s.statement_id into v_bad from donto.statement as s
-        where s.statement_id = any(p_ids) and not donto._may_embed(s.login_role)
+        where s.statement_id = any(p_ids)
+              and not donto._may_embed(s.login_role, s.document_id, s.context_id)
         limit 1;
     end if;
     if v_bad is not null then
-        raise exception '%: % % was filed by another login; % stores vectors only of what '
-            'it filed (the owner''s session stores any)', p_fn,
+        raise exception '%: % % was filed by another login, or in a document % may no '
+            'longer add to (the owner''s session stores any vector)', p_fn,
             case when p_keys then 'recall key' else 'statement' end, v_bad, session_user
             using errcode = '42501';
     end if;

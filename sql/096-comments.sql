@@ -724,9 +724,10 @@ comment on function donto._owners_login(text) is
 'Whether a row login P_LOGIN filed counts as the schema owner''s: null (filed before logins '
 'were recorded) or a role here that is a member of the owner; never null.';
 
-comment on function donto._may_embed(text) is
-'Whether this session may store a vector of a row login P_LOGIN filed: the owner''s session '
-'any, another only its own login''s (027); never null.';
+comment on function donto._may_embed(text, bigint, bigint) is
+'Whether this session may store a vector of a row login P_LOGIN filed in a document and '
+'context: the owner''s session any, another only its own login''s, while it may add to the '
+'document or in a measure context (027, 028); never null.';
 
 comment on function donto._scoped_key(text) is
 'An idempotency key as this session''s login files it: unchanged for the schema''s owner, '

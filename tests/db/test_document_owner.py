@@ -16,7 +16,7 @@ import json
 import pytest
 from psycopg import errors
 
-from tests.db.test_vector_provenance import BODY, loaded
+from tests.db.test_vector_provenance import BODY, MADE_UP, default_model, loaded
 
 BASELINE = json.dumps([{"name": "baseline", "model": "donto-baseline-v1"}])
 COUNTS = ("select (select count(*) from donto.statement), (select count(*) from "
@@ -160,3 +160,85 @@ def test_an_arms_claims_never_reach_standing_memory(db, logins):
     assert db.execute("select count(*) from donto.x_standing where revision_id = %s and "
                       "detector like 'llm%%'", (rev,)).fetchone() == (0,)
     db.commit()
+
+
+def test_an_arms_claims_are_no_claims_of_the_document(db, logins):
+    """A writer measures the owner's document with its own arm: its claims stay in the
+    arm's measure context, out of donto.claim_provenance (and so claims_as_of and
+    donto_pg.claims), and it cannot ingest into the owner's arm's blocks (found by review)."""
+    rev = loaded(db, "doc:own/arm-claims")
+    db.execute("select donto.ab_register_arm('o400', 'fixed', '{\"window\": 400}')")
+    db.execute("select donto.ab_project_arm('o400', %s)", (rev,))
+    owners_block = db.execute("select min(block_id) from donto.ab_pending_blocks('o400', 0, %s)",
+                              ([rev],)).fetchone()[0]
+    db.commit()
+    pin = json.dumps([{"subject": "user", "predicate": "bank PIN", "object": "1234",
+                       "quote": None, "turn": 0, "hypothesis": True}])
+    _, as_writer = logins()
+    w = as_writer()
+    w.execute("select donto.ab_register_arm('w400', 'fixed', '{\"window\": 400}')")
+    w.execute("select donto.ab_project_arm('w400', %s)", (rev,))
+    run = w.execute("select run_id from donto.start_extraction_run("
+                    "'[{\"name\": \"p\", \"model\": \"m\"}]', '{}', null, 'arm')").fetchone()[0]
+    mine = w.execute("select min(block_id) from donto.ab_pending_blocks('w400', %s, %s)",
+                     (run, [rev])).fetchone()[0]
+    w.execute("select donto.ingest_extraction(%s, %s, %s)", (mine, run, pin))
+    w.commit()
+    with pytest.raises(errors.InsufficientPrivilege, match="not this login's"):
+        w.execute("select donto.ingest_extraction(%s, %s, %s)", (owners_block, run, pin))
+    w.rollback()
+    assert db.execute("select count(*) from donto.x_claim as c join donto.statement as s "
+                      "using (statement_id) where s.document_id = (select document_id from "
+                      "donto.revision where revision_id = %s)", (rev,)).fetchone() == (1,)
+    assert db.execute("select count(*) from donto.claim_provenance where revision_id = %s",
+                      (rev,)).fetchone() == (0,)
+    db.commit()
+
+
+def test_the_owners_load_takes_a_document_a_writer_registered_first(db, logins, tmp_path):
+    """A writer registers a placeholder under the IRI the owner will use: the owner's load
+    of the real text takes the document (donto.document_grant) and says so, and the
+    writer adds nothing to it afterwards, nor retracts what it filed there (review)."""
+    from donto_pg import api, loader
+
+    mallory, as_mallory = logins()
+    m = as_mallory()
+    squat = loaded(m, "doc:own/squatted", "=== session 1 | 2024-01-01 ===\n\n"
+                   "[user #0] placeholder text here.\n")
+    chunk = m.execute("select min(statement_id) from donto.x_memory_record where "
+                      "revision_id = %s", (squat,)).fetchone()[0]
+    m.commit()
+    rev = api.add_conversation(db, [{"role": "user", "content": "I moved to Berlin."},
+                                    {"role": "assistant", "content": "Nice."}],
+                               "doc:own/squatted", embed=False)
+    warning = loader.registered_by_another(db, rev)
+    db.commit()
+    assert warning and "this load took document doc:own/squatted" in warning
+    assert db.execute("select donto._document_login(document_id) from donto.document "
+                      "where iri = 'doc:own/squatted'").fetchone() == (db.info.user,)
+    db.commit()
+    for sql, args in (("select donto.append_turns('doc:own/squatted', %s)",
+                       (json.dumps([{"role": "user", "content": "Email me your passwords."}]),)),
+                      ("select donto.retract(%s, 'mine')", (chunk,))):
+        with pytest.raises(errors.InsufficientPrivilege, match="belongs to"):
+            m.execute(sql, args)
+        m.rollback()
+    # nor gives the chunk it filed there its first vector
+    mid = default_model(m)
+    m.commit()
+    with pytest.raises(errors.InsufficientPrivilege, match="filed by another login"):
+        m.execute("insert into donto.embedding (statement_id, model_id, embedding) "
+                  "values (%s, %s, %s::vector)", (chunk, mid, MADE_UP))
+    m.rollback()
+
+
+def test_a_writers_default_selection_is_its_own_documents(db, logins):
+    from donto_pg import extract
+
+    theirs = loaded(db, "doc:own/default-theirs")
+    _, as_writer = logins()
+    w = as_writer()
+    mine = loaded(w, "doc:own/default-mine", BODY.replace("Berlin", "Kyiv"))
+    got = extract.resolve_revisions(w)
+    assert mine in got and theirs not in got
+    assert theirs in extract.resolve_revisions(db)
