@@ -242,11 +242,10 @@ def registered_by_another(conn: psycopg.Connection, revision_id: int) -> str | N
         "select case when r.login_role <> session_user then r.login_role end, d.iri, "
         "exists (select 1 from donto.document_grant as g where g.document_id = d.document_id "
         "and g.login_role = session_user and g.granted_at = r.registered_at), "
-        "case when not donto._writes_document(d.document_id) "
-        "or not donto._owners_login(donto._document_login(d.document_id)) "
-        "and donto._document_login(d.document_id) <> session_user "
-        "then donto._document_login(d.document_id) end "
+        "case when not donto._owners_login(o.login) and o.login <> session_user "
+        "then o.login end "
         "from donto.revision as r join donto.document as d using (document_id) "
+        "cross join lateral (select donto._document_login(d.document_id) as login) as o "
         "where r.revision_id = %s", (revision_id,)).fetchone()
     if row is None:
         return None

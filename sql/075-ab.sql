@@ -73,14 +73,12 @@ language sql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
-/* Whether the arm stored as P_STORED_NAME is this session's to write to: for the owner's
-   session an arm without @, for any other its own name@login (a stored name has at most
-   one @: names have none, login tags neither). Never null. */
-    select coalesce(case when donto._session_owns_schema()
-                         then pg_catalog.strpos(p_stored_name, '@') = 0
-                         else pg_catalog.substr(p_stored_name, pg_catalog.strpos(
-                                  p_stored_name, '@'))
-                              = '@' || donto._login_tag(session_user) end, false);
+/* Whether the arm stored as P_STORED_NAME is this session's to write to: it is what
+   donto._arm_key makes of its name (the part before @; names and login tags have none):
+   for the owner's session an arm without @, for any other its own name@login. Never
+   null. */
+    select coalesce(
+        p_stored_name = donto._arm_key(pg_catalog.split_part(p_stored_name, '@', 1)), false);
 $$;
 
 comment on function donto._arm_is_mine(text) is
