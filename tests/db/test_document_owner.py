@@ -108,6 +108,11 @@ def test_the_owner_gives_a_document_and_a_grant_shares_it(db, logins):
     with pytest.raises(errors.InsufficientPrivilege, match="only the schema owner"):
         a.execute("select donto.give_document('doc:own/shared', %s)", (alice,))
     a.rollback()
+    # nor writes a grant of its own into the table
+    with pytest.raises(errors.InsufficientPrivilege):
+        a.execute("insert into donto.document_grant (document_id, login_role) select "
+                  "document_id, %s from donto.document where iri = 'doc:own/shared'", (alice,))
+    a.rollback()
     for iri, role in (("doc:own/none", carol), ("doc:own/shared", "no_such_role")):
         with pytest.raises(errors.InvalidParameterValue):
             db.execute("select donto.give_document(%s, %s)", (iri, role))
