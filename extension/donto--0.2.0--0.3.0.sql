@@ -744,6 +744,83 @@ drop function if exists donto._may_embed(text);
 
 insert into donto.migration (name, sha256) values ('028-document-owner.sql', 'cfedb91271f410a727ed606e4d666a630c77e6831ba13e5cb6a1cc9595eaf88d');
 
+-- migrations/029-login-binding.sql
+-- 029: a login name is bound to the role that first filed under it. Since 025-028 every row
+-- names the login that filed it, and a document belongs to a login, by name; PostgreSQL
+-- knows a role by its OID. A writer dropped and made again under the same name (another
+-- person, or the same one) inherited every document, run, gate and arm of the old one.
+-- From 029 a login's first row here binds its name to its role's OID (a row of this
+-- table); a later role of that name files nothing and adds to nothing of the old one's
+-- (42501) until the schema owner adopts it (donto.adopt_logins): after a restore onto
+-- another server, say, where the same people log in under the same names with new OIDs.
+-- The column defaults that name the filer (login_role) call donto._session_login from
+-- 029 on; sql/020-revision.sql sets them.
+
+create table donto.login_binding (
+    binding_id bigint generated always as identity primary key,
+    login_role text not null check (pg_catalog.btrim(login_role) <> ''),
+    role_oid oid not null,
+    reason text not null check (reason in ('first row', 'given', 'adopted', 'upgrade')),
+    bound_by text not null default session_user,
+    bound_at timestamptz not null default pg_catalog.now()
+);
+
+create index login_binding_login_idx on donto.login_binding (login_role, binding_id);
+
+comment on table donto.login_binding is
+'Which role a login name stands for here: the latest row of a name wins. A login''s first '
+'row binds it (reason ''first row''), as does the owner''s donto.give_document to a login '
+'never seen (''given''); donto.adopt_logins binds a name to the role that has it now '
+'(''adopted''). Append-only.';
+comment on column donto.login_binding.binding_id is 'Identity; the latest row of a name wins.';
+comment on column donto.login_binding.login_role is 'The login name.';
+comment on column donto.login_binding.role_oid is
+'The OID of the role the name stands for (pg_roles.oid when it was bound).';
+comment on column donto.login_binding.reason is
+'first row (the login filed its first row), given (donto.give_document to a login that had '
+'filed nothing), adopted (donto.adopt_logins) or upgrade (a login that had filed rows '
+'before 029, bound by the migration to the role of that name then).';
+comment on column donto.login_binding.bound_by is 'The login of the session that bound it.';
+comment on column donto.login_binding.bound_at is 'When (transaction time).';
+
+-- The logins that filed rows before 029 and are roles of this server now (not the owner's:
+-- its session is always itself) are bound to those roles, so that a name made again after
+-- the upgrade is caught too. A name that is no role now stays unbound: the next role of
+-- that name to file a row binds it (its rows were nobody's until then, donto._owners_login).
+do $$
+declare
+    v_table regclass;
+    v_names text[] := '{}';
+    v_found text[];
+begin
+    for v_table in
+        select a.attrelid::regclass
+        from pg_catalog.pg_attribute as a
+        inner join pg_catalog.pg_class as c on a.attrelid = c.oid
+        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
+        where n.nspname = 'donto' and c.relkind = 'r' and a.attname = 'login_role'
+              and not a.attisdropped and c.relname <> 'login_binding'
+    loop
+        execute pg_catalog.format(
+            'select coalesce(array_agg(distinct login_role), ''{}'') from %s '
+            'where login_role is not null', v_table) into v_found;
+        v_names := v_names || v_found;
+    end loop;
+    insert into donto.login_binding (login_role, role_oid, reason)
+    select r.rolname, r.oid, 'upgrade'
+    from pg_catalog.pg_roles as r
+    where r.rolname = any(v_names)
+          and not pg_catalog.pg_has_role(
+              r.oid,
+              (select ns.nspowner from pg_catalog.pg_namespace as ns where ns.nspname = 'donto'),
+              'MEMBER')
+    order by r.rolname;
+end;
+$$;
+
+
+insert into donto.migration (name, sha256) values ('029-login-binding.sql', '31365a3da61039070c130a56834d451184ba45d0be15742be42f061e203d757c');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -860,6 +937,141 @@ comment on function donto._document_login(bigint) is
 'The login a document belongs to: the latest donto.give_document grant, else the login that '
 'registered its first revision (null before 025: the owner''s). Stable.';
 
+create or replace function donto._login_oid(p_login text)
+returns oid
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* The OID of the role login name P_LOGIN is bound to here (the latest donto.login_binding
+   row of the name), or null: never bound. */
+    select b.role_oid from donto.login_binding as b
+    where b.login_role = p_login order by b.binding_id desc limit 1;
+$$;
+
+comment on function donto._login_oid(text) is
+'The OID of the role a login name is bound to (the latest donto.login_binding row), or null. '
+'Stable.';
+
+create or replace function donto._login_bound(p_login text)
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether the role named P_LOGIN on this server now is the role the name stands for here:
+   the name is a role, and unbound or bound to that role's OID (donto.login_binding). False
+   for a role of that name made after the bound one was dropped, or restored onto another
+   server, until the owner adopts it (donto.adopt_logins). Never null. */
+    select coalesce((select coalesce(donto._login_oid(r.rolname) = r.oid, true)
+                     from pg_catalog.pg_roles as r where r.rolname = p_login), false);
+$$;
+
+comment on function donto._login_bound(text) is
+'Whether the role of a login name is the one the name is bound to here (or the name is '
+'unbound). Never null. Stable.';
+
+create or replace function donto._check_session_login()
+returns void
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Refuse (SQLSTATE 42501) a session whose login name stands here for another role: one that
+filed rows under that name, was dropped, and a new role of the name made (another person,
+who would inherit its documents, runs, gates and arms), or a database restored onto
+another server, where every role has a new OID. The schema owner's session is always
+itself. The owner adopts a name for the role that has it now: donto.adopt_logins.
+*/
+declare
+    v_bound oid;
+    v_at timestamptz;
+begin
+    if donto._session_owns_schema() or donto._login_bound(session_user) then
+        return;
+    end if;
+    select b.role_oid, b.bound_at into v_bound, v_at from donto.login_binding as b
+    where b.login_role = session_user order by b.binding_id desc limit 1;
+    raise exception 'login % stands here for another role (OID %, bound %), not for the '
+        'role of this session (OID %): a role of that name was dropped and made again, or '
+        'the database was restored onto another server', session_user, v_bound, v_at,
+        (select r.oid from pg_catalog.pg_roles as r where r.rolname = session_user)
+        using errcode = '42501',
+              hint = pg_catalog.format('If it is the same login, the schema owner runs '
+                                       'select * from donto.adopt_logins(array[%L]); a new '
+                                       'person logs in under a new name.', session_user);
+end;
+$$;
+
+comment on function donto._check_session_login() is
+'Refuse (42501) a session whose login name is bound here to another role (a name made '
+'again, or a restore onto another server) until the owner adopts it. Stable.';
+
+create or replace function donto._session_login()
+returns text
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The login that files a row: the default of every login_role column (sql/020 sets them).
+session_user, once it is known to stand for this session's role: a login's first row
+binds its name to its role's OID (donto.login_binding, 'first row'), and a session of
+another role of the same name files nothing (donto._check_session_login, 42501) until the
+owner adopts the name. The schema owner's session is always itself, and not bound.
+*/
+declare
+    v_oid oid;
+begin
+    if donto._session_owns_schema() then
+        return session_user;
+    end if;
+    perform donto._check_session_login();
+    if donto._login_oid(session_user) is null then
+        -- Two first rows at once bind once (the second sees the first's row here).
+        perform pg_catalog.pg_advisory_xact_lock(2087, pg_catalog.hashtext(session_user));
+        select r.oid into strict v_oid from pg_catalog.pg_roles as r
+        where r.rolname = session_user;
+        insert into donto.login_binding (login_role, role_oid, reason)
+        select session_user, v_oid, 'first row'
+        where donto._login_oid(session_user) is null;
+    end if;
+    return session_user;
+end;
+$$;
+
+comment on function donto._session_login() is
+'The login that files a row (default of every login_role column): session_user, bound on '
+'its first row to its role; 42501 for another role of a bound name. Volatile, security '
+'definer.';
+
+-- Every column that names the filer from its session (login_role, default session_user
+-- since 015, 025, 026, 027) files through donto._session_login; the columns an owner's
+-- function fills with a login it names (document_grant, login_binding) have no default.
+do $$
+declare
+    v_rel regclass;
+begin
+    for v_rel in
+        select a.attrelid::regclass
+        from pg_catalog.pg_attribute as a
+        inner join pg_catalog.pg_attrdef as d on a.attrelid = d.adrelid and a.attnum = d.adnum
+        inner join pg_catalog.pg_class as c on a.attrelid = c.oid
+        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
+        where n.nspname = 'donto' and c.relkind in ('r', 'p') and a.attname = 'login_role'
+              and not a.attisdropped
+              and pg_catalog.pg_get_expr(d.adbin, d.adrelid) = 'SESSION_USER'
+        order by 1
+    loop
+        execute pg_catalog.format(
+            'alter table %s alter column login_role set default donto._session_login()', v_rel);
+    end loop;
+end;
+$$;
+
 create or replace function donto._writes_document(p_document_id bigint)
 returns boolean
 language plpgsql
@@ -868,11 +1080,13 @@ set search_path to pg_catalog, pg_temp
 as $$
 /* Whether this session may add to document P_DOCUMENT_ID: the schema owner's session may
    add to any, another login to the documents of a role it is a member of (its own login,
-   or a login granted to it: GRANT alice TO bob lets bob add to alice's documents). Never
-   null. (PL/pgSQL: donto._session_owns_schema comes later, in sql/050.) */
+   or a login granted to it: GRANT alice TO bob lets bob add to alice's documents), while
+   the role of the document's login name is the one the name stands for here
+   (donto._login_bound). Never null. (PL/pgSQL: donto._session_owns_schema comes later, in sql/050.) */
 begin
     return donto._session_owns_schema()
            or coalesce((select pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')
+                               and donto._login_bound(r.rolname)
                         from pg_catalog.pg_roles as r
                         where r.rolname = donto._document_login(p_document_id)), false);
 end;
@@ -901,6 +1115,7 @@ declare
     v_iri text;
 begin
     if not donto._writes_document(p_document_id) then
+        perform donto._check_session_login();
         v_login := donto._document_login(p_document_id);
         select d.iri into v_iri from donto.document as d where d.document_id = p_document_id;
         raise exception '%: document % belongs to %, not to %', p_function, v_iri,
@@ -929,12 +1144,15 @@ as $$
 Give document P_DOCUMENT_IRI to login P_LOGIN (a role of this server): from now on it
 belongs to that login (donto._document_login), who registers its later texts, projects,
 summarizes, extracts and retracts there. Only the schema owner's session gives (42501);
-an unknown document or role is 22023. Returns the grant's id (donto.document_grant,
+an unknown document or role is 22023; a login name that stands here for another role
+(donto.login_binding) is 55000 until the owner adopts it (donto.adopt_logins), and a name
+never seen is bound to the role that has it now. Returns the grant's id (donto.document_grant,
 append-only: every grant stays on the record).
 */
 declare
     v_doc bigint;
     v_id bigint;
+    v_oid oid;
 begin
     if not donto._session_owns_schema() then
         raise exception 'donto.give_document: only the schema owner gives a document away, '
@@ -945,9 +1163,23 @@ begin
         raise exception 'donto.give_document: no document %', p_document_iri
             using errcode = '22023';
     end if;
-    if not exists (select 1 from pg_catalog.pg_roles as r where r.rolname = p_login) then
+    select r.oid into v_oid from pg_catalog.pg_roles as r where r.rolname = p_login;
+    if not found then
         raise exception 'donto.give_document: no role %', coalesce(p_login, 'null')
             using errcode = '22023';
+    end if;
+    -- The grant is to the role that has the name now: bind a name never seen to it, and
+    -- refuse a name that stands here for another role (it is adopted first, or not at all).
+    if not donto._login_bound(p_login) then
+        raise exception 'donto.give_document: login % stands here for another role (OID %), '
+            'not for the role of that name now (OID %)', p_login, donto._login_oid(p_login),
+            v_oid using errcode = '55000',
+            hint = pg_catalog.format('If it is the same login: select * from '
+                                     'donto.adopt_logins(array[%L]) first.', p_login);
+    end if;
+    if donto._login_oid(p_login) is null and not donto._owners_login(p_login) then
+        insert into donto.login_binding (login_role, role_oid, reason)
+        values (p_login, v_oid, 'given');
     end if;
     insert into donto.document_grant (document_id, login_role) values (v_doc, p_login)
     returning grant_id into v_id;
@@ -958,6 +1190,80 @@ $$;
 comment on function donto.give_document(text, text) is
 'Give a document to a login (owner only; recorded in donto.document_grant); returns the '
 'grant''s id. Volatile, security definer.';
+
+create or replace function donto.stale_logins()
+returns table (login_role text, bound_oid oid, role_oid oid, bound_at timestamptz)
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The login names that stand here for a role that no longer has them (donto.login_binding):
+BOUND_OID is the role the name is bound to, ROLE_OID the role of that name on this server
+now (null: none). Such a login files nothing and adds to nothing here until the schema
+owner adopts it (donto.adopt_logins); after a restore onto another server every writer
+that had filed rows is listed.
+*/
+    select b.login_role, b.role_oid, r.oid, b.bound_at
+    from (select distinct on (lb.login_role) lb.login_role, lb.role_oid, lb.bound_at
+          from donto.login_binding as lb
+          order by lb.login_role, lb.binding_id desc) as b
+    left join pg_catalog.pg_roles as r on b.login_role = r.rolname
+    where r.oid is distinct from b.role_oid
+    order by b.login_role;
+$$;
+
+comment on function donto.stale_logins() is
+'Login names bound here to a role that no longer has them (role_oid: the role of that name '
+'now, or null); adopt with donto.adopt_logins. Stable.';
+
+create or replace function donto.adopt_logins(p_logins text[] default null)
+returns table (adopted_login text, old_oid oid, new_oid oid)
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Bind the login names P_LOGINS (null: every name donto.stale_logins lists that is a role
+now) to the roles that have them on this server now: their documents, runs, gates, arms
+and rows are then those roles' (donto.login_binding, 'adopted'; the earlier binding stays
+on the record). For the same login after a restore onto another server, or a role dropped
+and made again for the same person; a new person logs in under a new name instead. Only
+the schema owner's session adopts (42501); a name that is no role here is 22023. Returns
+the names adopted (none: nothing was stale).
+*/
+declare
+    v_missing text;
+begin
+    if not donto._session_owns_schema() then
+        raise exception 'donto.adopt_logins: only the schema owner adopts a login, not %',
+            session_user using errcode = '42501';
+    end if;
+    select l.name into v_missing
+    from pg_catalog.unnest(p_logins) as l (name)
+    where not exists (select 1 from pg_catalog.pg_roles as r where r.rolname = l.name)
+    limit 1;
+    if found then
+        raise exception 'donto.adopt_logins: no role %', coalesce(v_missing, 'null')
+            using errcode = '22023';
+    end if;
+    return query
+    with stale as (
+        select s.login_role, s.bound_oid, s.role_oid
+        from donto.stale_logins() as s
+        where s.role_oid is not null and (p_logins is null or s.login_role = any(p_logins))
+    ), adopted as (
+        insert into donto.login_binding (login_role, role_oid, reason)
+        select st.login_role, st.role_oid, 'adopted' from stale as st order by st.login_role
+    )
+    select st.login_role, st.bound_oid, st.role_oid from stale as st order by st.login_role;
+end;
+$$;
+
+comment on function donto.adopt_logins(text[]) is
+'Bind login names (null: every stale one) to the roles that have them now (owner only); '
+'returns the names adopted. Volatile, security definer.';
 
 create or replace function donto.register_revision(
     document_iri text, body text, meta jsonb default '{}'
@@ -2065,7 +2371,7 @@ $$;
 
 create or replace function donto._acts_for(p_login text)
 returns boolean
-language sql
+language plpgsql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
@@ -2078,10 +2384,16 @@ such row counts for the owner and for no one else). Never null. A login that is 
 of this server (dropped, renamed, or a restored dump's) is nobody's: not the owner's, so
 that a dropped writer's rows never become the owner's. So a writer's session never adds
 to the owner's runs, gates or summaries, nor the owner's to a writer's, nor one writer's
-to another's.
+to another's. A session whose login name stands here for another role (a name made again,
+a restore onto another server) acts for nobody: 42501 (donto._check_session_login).
 */
-    select coalesce(p_login = session_user, false)
-           or (donto._session_owns_schema() and donto._owners_login(p_login));
+begin
+    if coalesce(p_login = session_user, false) then
+        perform donto._check_session_login();
+        return true;
+    end if;
+    return donto._session_owns_schema() and donto._owners_login(p_login);
+end;
 $$;
 
 
@@ -9337,7 +9649,8 @@ comment on function donto._session_owns_schema() is
 comment on function donto._acts_for(text) is
 'Whether this session may add to a run, gate, summary or turn table of login P_LOGIN: it is '
 'that login, or both are members of the schema''s owner (null counts as the owner''s, a login '
-'that is no role here as nobody''s); never null.';
+'that is no role here as nobody''s); never null; 42501 when the session''s login name stands '
+'here for another role (029).';
 
 comment on function donto._owners_login(text) is
 'Whether a row login P_LOGIN filed counts as the schema owner''s: null (filed before logins '

@@ -365,7 +365,7 @@ $$;
 
 create or replace function donto._acts_for(p_login text)
 returns boolean
-language sql
+language plpgsql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
@@ -378,10 +378,16 @@ such row counts for the owner and for no one else). Never null. A login that is 
 of this server (dropped, renamed, or a restored dump's) is nobody's: not the owner's, so
 that a dropped writer's rows never become the owner's. So a writer's session never adds
 to the owner's runs, gates or summaries, nor the owner's to a writer's, nor one writer's
-to another's.
+to another's. A session whose login name stands here for another role (a name made again,
+a restore onto another server) acts for nobody: 42501 (donto._check_session_login).
 */
-    select coalesce(p_login = session_user, false)
-           or (donto._session_owns_schema() and donto._owners_login(p_login));
+begin
+    if coalesce(p_login = session_user, false) then
+        perform donto._check_session_login();
+        return true;
+    end if;
+    return donto._session_owns_schema() and donto._owners_login(p_login);
+end;
 $$;
 
 

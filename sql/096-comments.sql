@@ -718,7 +718,8 @@ comment on function donto._session_owns_schema() is
 comment on function donto._acts_for(text) is
 'Whether this session may add to a run, gate, summary or turn table of login P_LOGIN: it is '
 'that login, or both are members of the schema''s owner (null counts as the owner''s, a login '
-'that is no role here as nobody''s); never null.';
+'that is no role here as nobody''s); never null; 42501 when the session''s login name stands '
+'here for another role (029).';
 
 comment on function donto._owners_login(text) is
 'Whether a row login P_LOGIN filed counts as the schema owner''s: null (filed before logins '

@@ -191,9 +191,10 @@ def new_revision(db, iri: str, body: str = BODY, *, with_turns: bool = True) -> 
 
 def _record_turns(db):
     # the attacker registers the text itself: only the registering login (or the owner)
-    # records a revision's turn table (migration 026)
+    # records a revision's turn table (migration 026); its first row binds its login (029)
     return (("select donto.record_turns(donto.register_revision('doc:attack/turns', %s), %s)",
-             (BODY, json.dumps(turns()))), {"document": 1, "revision": 1, "turn": 3})
+             (BODY, json.dumps(turns()))),
+            {"document": 1, "revision": 1, "turn": 3, "login_binding": 1})
 
 
 def _index_lexical(db):

@@ -1,0 +1,186 @@
+"""A login name stands for the role that first filed under it (migration 029), attacked by
+real donto_writer logins.
+
+Rows, documents, runs, gates and arms name their login. Before 029 a role dropped and made
+again under the same name (another person) inherited all of them, and a member of the new
+role wrote to the old one's documents. Now a login's first row binds its name to its
+role's OID; another role of that name files nothing until the owner adopts it
+(donto.adopt_logins), as after a restore onto another server.
+"""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from donto_pg import migrate
+from tests.conftest import run_cli
+from tests.db.test_document_owner import BASELINE
+from tests.db.test_migrate import fresh_db  # noqa: F401  (a fixture)
+from tests.db.test_vector_provenance import BODY, loaded
+
+STANDS = "stands here for another role"
+
+
+def oid(db, role: str) -> int:
+    row = db.execute("select oid::bigint from pg_roles where rolname = %s", (role,)).fetchone()
+    db.commit()
+    return row[0]
+
+
+def bindings(db, role: str) -> list[tuple]:
+    rows = db.execute("select role_oid::bigint, reason from donto.login_binding "
+                      "where login_role = %s order by binding_id", (role,)).fetchall()
+    db.commit()
+    return rows
+
+
+def make_again(db, role: str) -> None:
+    """Drop the login ROLE and make a new role of the same name (another person)."""
+    db.execute(f"drop role {role}")
+    db.execute(f"create role {role} login password 'pw' in role donto_writer")
+    db.commit()
+
+
+def test_a_first_row_binds_the_login_once_and_the_record_is_append_only(db, logins):
+    writer, as_writer = logins()
+    w = as_writer()
+    assert bindings(db, writer) == []
+    loaded(w, "doc:bind/first", BODY.replace("Berlin", "Oslo"))
+    assert bindings(db, writer) == [(oid(db, writer), "first row")]
+    loaded(w, "doc:bind/second", BODY.replace("Berlin", "Lima"))
+    assert w.execute("select donto._session_login()").fetchone() == (writer,)
+    w.commit()
+    assert bindings(db, writer) == [(oid(db, writer), "first row")]
+    # the owner's session files as itself and is never bound
+    loaded(db, "doc:bind/owner")
+    assert bindings(db, db.info.user) == []
+    # a writer writes no binding of its own; nobody changes one
+    with pytest.raises(errors.InsufficientPrivilege):
+        w.execute("insert into donto.login_binding (login_role, role_oid, reason) "
+                  "values ('someone', 1, 'adopted')")
+    w.rollback()
+    with pytest.raises(psycopg.Error, match="invariant I3"):
+        db.execute("update donto.login_binding set role_oid = 1")
+    db.rollback()
+    # every column that names a filer from its session files through the binding
+    assert db.execute(
+        "select count(*) filter (where pg_get_expr(d.adbin, d.adrelid) <> "
+        "'donto._session_login()'), count(*) from pg_attribute a join pg_attrdef d "
+        "on (d.adrelid, d.adnum) = (a.attrelid, a.attnum) "
+        "where a.attrelid::regclass::text like 'donto.%' and a.attname = 'login_role'"
+    ).fetchone()[0] == 0
+    db.commit()
+
+
+def test_a_login_made_again_inherits_nothing_until_the_owner_adopts_it(db, logins):
+    alice, as_alice = logins()
+    bob, as_bob = logins()
+    a = as_alice()
+    rev = loaded(a, "doc:bind/alice", BODY.replace("Berlin", "Rome"))
+    a.execute("select donto.ab_register_arm('w80', 'fixed', '{\"window\": 80}')")
+    a.commit()
+    a.close()
+    model = db.execute("select donto.ensure_embedding_model('m3', 'test', 3)").fetchone()[0]
+    old = oid(db, alice)
+    make_again(db, alice)
+    new = oid(db, alice)
+    assert new != old
+    db.execute(f"grant {alice} to {bob}")
+    db.commit()
+    a2, b = as_alice(), as_bob()
+    longer = BODY.replace("Berlin", "Rome") + "\n[user #4] and Naples\n"
+    attacks = [
+        ("select donto.register_revision('doc:bind/alice', %s)", (longer,)),
+        ("select donto.register_revision('doc:bind/other', %s)", (BODY,)),
+        ("select donto.append_turns('doc:bind/alice', %s)",
+         (json.dumps([{"role": "user", "content": "hi", "turn_id": 4}]),)),
+        ("select donto.project_recall(%s, 100)", (rev,)),
+        ("select donto.record_questions(%s, %s)",
+         (rev, json.dumps([{"ability": "x", "index": 0, "question": "q?", "answer": "a"}]))),
+        ("select donto.retract((select min(statement_id) from donto.x_memory_record "
+         "where revision_id = %s), 'mine')", (rev,)),
+        ("select donto.ab_project_arm('w80', %s)", (rev,)),
+        ("select donto.ab_register_arm('w90', 'fixed', '{\"window\": 90}')", None),
+        # a writer's own vector of its own chunk, filed directly (027's one column grant)
+        ("insert into donto.embedding (statement_id, model_id, embedding) select "
+         "min(statement_id), %s, '[1, 0, 0]' from donto.x_memory_record where revision_id = %s",
+         (model, rev)),
+        ("select run_id from donto.start_extraction_run(%s, '{}', null, null)", (BASELINE,)),
+    ]
+    for sql, args in attacks:
+        with pytest.raises(errors.InsufficientPrivilege, match=STANDS) as e:
+            a2.execute(sql, args)
+        assert "adopt_logins" in e.value.diag.message_hint, sql
+        a2.rollback()
+    # a member of the new role adds nothing to the old one's documents either
+    with pytest.raises(errors.InsufficientPrivilege, match="belongs to " + alice):
+        b.execute("select donto.register_revision('doc:bind/alice', %s)", (longer,))
+    b.rollback()
+    # reading is not adding
+    assert a2.execute("select count(*) from donto.x_memory_record where revision_id = %s",
+                      (rev,)).fetchone()[0] > 0
+    a2.commit()
+    # the owner sees it, gives nothing to the name, and a writer adopts nothing
+    assert db.execute("select login_role, bound_oid::bigint, role_oid::bigint "
+                      "from donto.stale_logins()").fetchall() == [(alice, old, new)]
+    with pytest.raises(errors.ObjectNotInPrerequisiteState, match=STANDS):
+        db.execute("select donto.give_document('doc:bind/alice', %s)", (alice,))
+    db.rollback()
+    with pytest.raises(errors.InsufficientPrivilege, match="only the schema owner"):
+        b.execute("select * from donto.adopt_logins()")
+    b.rollback()
+    with pytest.raises(errors.InvalidParameterValue, match="no role no_such_login"):
+        db.execute("select * from donto.adopt_logins(array['no_such_login'])")
+    db.rollback()
+    # migrate says so (the step after a restore onto another server)
+    r = run_cli(db, "migrate")
+    assert r.returncode == 0 and f"login name(s) {alice} stand here" in r.stderr, r.stderr
+    # the owner adopts it (the same person, say after a restore): all of it is hers again
+    assert db.execute("select adopted_login, old_oid::bigint, new_oid::bigint "
+                      "from donto.adopt_logins()").fetchall() == [(alice, old, new)]
+    db.commit()
+    assert db.execute("select * from donto.adopt_logins()").fetchall() == []
+    assert db.execute("select count(*) from donto.stale_logins()").fetchone()[0] == 0
+    db.commit()
+    assert bindings(db, alice) == [(old, "first row"), (new, "adopted")]
+    assert a2.execute("select donto.register_revision('doc:bind/alice', %s)",
+                      (longer,)).fetchone()[0] > rev
+    assert a2.execute("select donto.ab_project_arm('w80', %s)", (rev,)).fetchone()[0] > 0
+    a2.commit()
+    assert b.execute("select donto.register_revision('doc:bind/alice', %s)",
+                     (longer + "b\n",)).fetchone()[0] > rev
+    b.commit()
+
+
+def test_giving_a_document_binds_a_login_never_seen(db, logins):
+    loaded(db, "doc:bind/given")
+    carol, as_carol = logins()
+    db.execute("select donto.give_document('doc:bind/given', %s)", (carol,))
+    db.commit()
+    assert bindings(db, carol) == [(oid(db, carol), "given")]
+    # made again before its first row: the new role is not given what the old one was
+    make_again(db, carol)
+    with pytest.raises(errors.InsufficientPrivilege, match=STANDS):
+        as_carol().execute("select donto.register_revision('doc:bind/given', %s)",
+                           (BODY + "c\n",))
+
+
+def test_an_upgrade_binds_the_logins_that_filed_rows(fresh_db, logins):  # noqa: F811
+    conn = fresh_db()
+    migrate.migrate(conn, upto="028")
+    writer, _ = logins()
+    for iri, login in (("doc:up/w", writer), ("doc:up/gone", f"{writer}_x"),
+                       ("doc:up/owner", conn.info.user)):
+        conn.execute("insert into donto.document (iri) values (%s)", (iri,))
+        conn.execute("insert into donto.revision (document_id, sha256, body, body_chars, "
+                     "login_role) select document_id, sha256(%s::bytea), %s, 1, %s "
+                     "from donto.document where iri = %s", ("x", "x", login, iri))
+    conn.commit()
+    migrate.migrate(conn)
+    # the writer that is a role now is bound to it; the owner and a name no role has are not
+    assert conn.execute("select login_role, role_oid::bigint, reason from donto.login_binding"
+                        ).fetchall() == [(writer, oid(conn, writer), "upgrade")]
