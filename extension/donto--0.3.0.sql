@@ -1294,24 +1294,27 @@ create index login_binding_login_idx on donto.login_binding (login_role, binding
 
 comment on table donto.login_binding is
 'Which role a login name stands for here: the latest row of a name wins. A login''s first '
-'row binds it (reason ''first row''), as does the owner''s donto.give_document to a login '
+'row binds it (reason ''first row''; the owner''s login too), as does the owner''s '
+'donto.give_document to a login '
 'never seen (''given''); donto.adopt_logins binds a name to the role that has it now '
 '(''adopted''). Append-only.';
 comment on column donto.login_binding.binding_id is 'Identity; the latest row of a name wins.';
 comment on column donto.login_binding.login_role is 'The login name.';
 comment on column donto.login_binding.role_oid is
-'The OID of the role the name stands for (pg_roles.oid when it was bound).';
+'The OID of the role the name stands for (pg_roles.oid when it was bound; 0: no role had the '
+'name when 029 bound it).';
 comment on column donto.login_binding.reason is
 'first row (the login filed its first row), given (donto.give_document to a login that had '
 'filed nothing), adopted (donto.adopt_logins) or upgrade (a login that had filed rows '
-'before 029, bound by the migration to the role of that name then).';
+'before 029, bound by the migration to the role of that name then, or to OID 0 when none).';
 comment on column donto.login_binding.bound_by is 'The login of the session that bound it.';
 comment on column donto.login_binding.bound_at is 'When (transaction time).';
 
--- The logins that filed rows before 029 and are roles of this server now (not the owner's:
--- its session is always itself) are bound to those roles, so that a name made again after
--- the upgrade is caught too. A name that is no role now stays unbound: the next role of
--- that name to file a row binds it (its rows were nobody's until then, donto._owners_login).
+-- The logins that filed rows before 029 are bound to the roles of those names now (the
+-- owner's too: its session is never refused, but a writer later given its name inherits
+-- nothing), so that a name made again after the upgrade is caught. A name that is no role
+-- now (a dropped login) is bound to OID 0, which no role has: a role made under it later
+-- inherits nothing of the old one's until the owner adopts it.
 do $$
 declare
     v_table regclass;
@@ -1332,19 +1335,15 @@ begin
         v_names := v_names || v_found;
     end loop;
     insert into donto.login_binding (login_role, role_oid, reason)
-    select r.rolname, r.oid, 'upgrade'
-    from pg_catalog.pg_roles as r
-    where r.rolname = any(v_names)
-          and not pg_catalog.pg_has_role(
-              r.oid,
-              (select ns.nspowner from pg_catalog.pg_namespace as ns where ns.nspname = 'donto'),
-              'MEMBER')
-    order by r.rolname;
+    select l.name, coalesce(r.oid, 0), 'upgrade'
+    from (select distinct pg_catalog.unnest(v_names) as name) as l
+    left join pg_catalog.pg_roles as r on l.name = r.rolname
+    order by l.name;
 end;
 $$;
 
 
-insert into donto.migration (name, sha256) values ('029-login-binding.sql', '31365a3da61039070c130a56834d451184ba45d0be15742be42f061e203d757c');
+insert into donto.migration (name, sha256) values ('029-login-binding.sql', '8f2d100f64cf9394c40bafc3813a045657615b28b791971b6974d04abd790b31');
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
@@ -1546,14 +1545,13 @@ The login that files a row: the default of every login_role column (sql/020 sets
 session_user, once it is known to stand for this session's role: a login's first row
 binds its name to its role's OID (donto.login_binding, 'first row'), and a session of
 another role of the same name files nothing (donto._check_session_login, 42501) until the
-owner adopts the name. The schema owner's session is always itself, and not bound.
+owner adopts the name. The schema owner's session is never refused, but its login is
+bound too: a writer given that name later (the owner's login dropped, or a restore where
+the owner is another role) inherits nothing of the owner's.
 */
 declare
     v_oid oid;
 begin
-    if donto._session_owns_schema() then
-        return session_user;
-    end if;
     perform donto._check_session_login();
     if donto._login_oid(session_user) is null then
         -- Two first rows at once bind once (the second sees the first's row here).
@@ -1570,8 +1568,8 @@ $$;
 
 comment on function donto._session_login() is
 'The login that files a row (default of every login_role column): session_user, bound on '
-'its first row to its role; 42501 for another role of a bound name. Volatile, security '
-'definer.';
+'its first row to its role (the owner''s too); 42501 for another role of a bound name (never '
+'for the owner''s session). Volatile, security definer.';
 
 -- Every column that names the filer from its session (login_role, default session_user
 -- since 015, 025, 026, 027) files through donto._session_login; the columns an owner's
@@ -1702,7 +1700,7 @@ begin
             hint = pg_catalog.format('If it is the same login: select * from '
                                      'donto.adopt_logins(array[%L]) first.', p_login);
     end if;
-    if donto._login_oid(p_login) is null and not donto._owners_login(p_login) then
+    if donto._login_oid(p_login) is null then
         insert into donto.login_binding (login_role, role_oid, reason)
         values (p_login, v_oid, 'given');
     end if;

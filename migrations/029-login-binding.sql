@@ -22,24 +22,27 @@ create index login_binding_login_idx on donto.login_binding (login_role, binding
 
 comment on table donto.login_binding is
 'Which role a login name stands for here: the latest row of a name wins. A login''s first '
-'row binds it (reason ''first row''), as does the owner''s donto.give_document to a login '
+'row binds it (reason ''first row''; the owner''s login too), as does the owner''s '
+'donto.give_document to a login '
 'never seen (''given''); donto.adopt_logins binds a name to the role that has it now '
 '(''adopted''). Append-only.';
 comment on column donto.login_binding.binding_id is 'Identity; the latest row of a name wins.';
 comment on column donto.login_binding.login_role is 'The login name.';
 comment on column donto.login_binding.role_oid is
-'The OID of the role the name stands for (pg_roles.oid when it was bound).';
+'The OID of the role the name stands for (pg_roles.oid when it was bound; 0: no role had the '
+'name when 029 bound it).';
 comment on column donto.login_binding.reason is
 'first row (the login filed its first row), given (donto.give_document to a login that had '
 'filed nothing), adopted (donto.adopt_logins) or upgrade (a login that had filed rows '
-'before 029, bound by the migration to the role of that name then).';
+'before 029, bound by the migration to the role of that name then, or to OID 0 when none).';
 comment on column donto.login_binding.bound_by is 'The login of the session that bound it.';
 comment on column donto.login_binding.bound_at is 'When (transaction time).';
 
--- The logins that filed rows before 029 and are roles of this server now (not the owner's:
--- its session is always itself) are bound to those roles, so that a name made again after
--- the upgrade is caught too. A name that is no role now stays unbound: the next role of
--- that name to file a row binds it (its rows were nobody's until then, donto._owners_login).
+-- The logins that filed rows before 029 are bound to the roles of those names now (the
+-- owner's too: its session is never refused, but a writer later given its name inherits
+-- nothing), so that a name made again after the upgrade is caught. A name that is no role
+-- now (a dropped login) is bound to OID 0, which no role has: a role made under it later
+-- inherits nothing of the old one's until the owner adopts it.
 do $$
 declare
     v_table regclass;
@@ -60,13 +63,9 @@ begin
         v_names := v_names || v_found;
     end loop;
     insert into donto.login_binding (login_role, role_oid, reason)
-    select r.rolname, r.oid, 'upgrade'
-    from pg_catalog.pg_roles as r
-    where r.rolname = any(v_names)
-          and not pg_catalog.pg_has_role(
-              r.oid,
-              (select ns.nspowner from pg_catalog.pg_namespace as ns where ns.nspname = 'donto'),
-              'MEMBER')
-    order by r.rolname;
+    select l.name, coalesce(r.oid, 0), 'upgrade'
+    from (select distinct pg_catalog.unnest(v_names) as name) as l
+    left join pg_catalog.pg_roles as r on l.name = r.rolname
+    order by l.name;
 end;
 $$;

@@ -146,14 +146,13 @@ The login that files a row: the default of every login_role column (sql/020 sets
 session_user, once it is known to stand for this session's role: a login's first row
 binds its name to its role's OID (donto.login_binding, 'first row'), and a session of
 another role of the same name files nothing (donto._check_session_login, 42501) until the
-owner adopts the name. The schema owner's session is always itself, and not bound.
+owner adopts the name. The schema owner's session is never refused, but its login is
+bound too: a writer given that name later (the owner's login dropped, or a restore where
+the owner is another role) inherits nothing of the owner's.
 */
 declare
     v_oid oid;
 begin
-    if donto._session_owns_schema() then
-        return session_user;
-    end if;
     perform donto._check_session_login();
     if donto._login_oid(session_user) is null then
         -- Two first rows at once bind once (the second sees the first's row here).
@@ -170,8 +169,8 @@ $$;
 
 comment on function donto._session_login() is
 'The login that files a row (default of every login_role column): session_user, bound on '
-'its first row to its role; 42501 for another role of a bound name. Volatile, security '
-'definer.';
+'its first row to its role (the owner''s too); 42501 for another role of a bound name (never '
+'for the owner''s session). Volatile, security definer.';
 
 -- Every column that names the filer from its session (login_role, default session_user
 -- since 015, 025, 026, 027) files through donto._session_login; the columns an owner's
@@ -302,7 +301,7 @@ begin
             hint = pg_catalog.format('If it is the same login: select * from '
                                      'donto.adopt_logins(array[%L]) first.', p_login);
     end if;
-    if donto._login_oid(p_login) is null and not donto._owners_login(p_login) then
+    if donto._login_oid(p_login) is null then
         insert into donto.login_binding (login_role, role_oid, reason)
         values (p_login, v_oid, 'given');
     end if;

@@ -55,9 +55,9 @@ def test_a_first_row_binds_the_login_once_and_the_record_is_append_only(db, logi
     assert w.execute("select donto._session_login()").fetchone() == (writer,)
     w.commit()
     assert bindings(db, writer) == [(oid(db, writer), "first row")]
-    # the owner's session files as itself and is never bound
+    # the owner's login is bound on its first row too (its session is never refused)
     loaded(db, "doc:bind/owner")
-    assert bindings(db, db.info.user) == []
+    assert bindings(db, db.info.user) == [(oid(db, db.info.user), "first row")]
     # a writer writes no binding of its own; nobody changes one
     with pytest.raises(errors.InsufficientPrivilege):
         w.execute("insert into donto.login_binding (login_role, role_oid, reason) "
@@ -181,6 +181,17 @@ def test_an_upgrade_binds_the_logins_that_filed_rows(fresh_db, logins):  # noqa:
                      "from donto.document where iri = %s", ("x", "x", login, iri))
     conn.commit()
     migrate.migrate(conn)
-    # the writer that is a role now is bound to it; the owner and a name no role has are not
-    assert conn.execute("select login_role, role_oid::bigint, reason from donto.login_binding"
-                        ).fetchall() == [(writer, oid(conn, writer), "upgrade")]
+    # each login is bound to the role of its name now; a name no role has, to OID 0
+    owner = conn.info.user
+    assert conn.execute("select login_role, role_oid::bigint, reason from donto.login_binding "
+                        "order by 1").fetchall() == sorted([
+                            (writer, oid(conn, writer), "upgrade"),
+                            (f"{writer}_x", 0, "upgrade"),
+                            (owner, oid(conn, owner), "upgrade")])
+    # a role made under the dropped name later inherits nothing until the owner adopts it
+    conn.execute(f"create role {writer}_x")
+    conn.commit()
+    assert conn.execute("select login_role, bound_oid::bigint from donto.stale_logins()"
+                        ).fetchall() == [(f"{writer}_x", 0)]
+    conn.execute(f"drop role {writer}_x")
+    conn.commit()
