@@ -193,13 +193,16 @@ def migrate(
             typer.echo("warning: every role may CREATE in schema public, which the donto "
                        "definers search (for pgvector): run `revoke create on schema public "
                        "from public` (README, Security model)", err=True)
-        stale = [r[0] for r in conn.execute("select login_role from donto.stale_logins() "
-                                            "where role_oid is not null")]
+        stale = [name + (f" (its role is now {renamed}: adopting gives the new {name} what "
+                         "it filed)" if renamed else "")
+                 for name, renamed in conn.execute(
+                     "select login_role, renamed_to from donto.stale_logins() "
+                     "where role_oid is not null")]
         if stale:
             typer.echo(f"warning: login name(s) {', '.join(stale)} stand here for roles that "
-                       "no longer have them (dropped and made again, or a restore onto another "
-                       "server) and file nothing: for the same logins the owner runs `select * "
-                       "from donto.adopt_logins()` (README, Security model)", err=True)
+                       "no longer have them (dropped and made again, renamed, or a restore onto "
+                       "another server) and file nothing: for the same logins the owner runs "
+                       "`select * from donto.adopt_logins()` (README, Security model)", err=True)
     out({"applied": applied}, as_json,
         f"applied {', '.join(applied)}" if applied else "up to date (nothing to apply)")
 

@@ -6,19 +6,24 @@
 -- table); a later role of that name files nothing and adds to nothing of the old one's
 -- (42501) until the schema owner adopts it (donto.adopt_logins): after a restore onto
 -- another server, say, where the same people log in under the same names with new OIDs.
--- The column defaults that name the filer (login_role) call donto._session_login from
--- 029 on; sql/020-revision.sql sets them.
+-- Every insert into a donto table checks the session's login first (a statement-level
+-- trigger, sql/020-revision.sql).
 
 create table donto.login_binding (
     binding_id bigint generated always as identity primary key,
     login_role text not null check (pg_catalog.btrim(login_role) <> ''),
     role_oid oid not null,
+    server_id bigint not null,
     reason text not null check (reason in ('first row', 'given', 'adopted', 'upgrade')),
     bound_by text not null default session_user,
     bound_at timestamptz not null default pg_catalog.now()
 );
 
 create index login_binding_login_idx on donto.login_binding (login_role, binding_id);
+-- A name is bound on first use once: two first inserts at once bind once (the second waits
+-- for the first's transaction, then does nothing), and no lock another role could hold.
+create unique index login_binding_first_row_idx on donto.login_binding (login_role)
+where reason = 'first row';
 
 comment on table donto.login_binding is
 'Which role a login name stands for here: the latest row of a name wins. A login''s first '
@@ -31,6 +36,10 @@ comment on column donto.login_binding.login_role is 'The login name.';
 comment on column donto.login_binding.role_oid is
 'The OID of the role the name stands for (pg_roles.oid when it was bound; 0: no role had the '
 'name when 029 bound it).';
+comment on column donto.login_binding.server_id is
+'The server (cluster) the OID is of: pg_control_system().system_identifier when it was bound. '
+'Role OIDs are counted per cluster, and two clusters set up alike give the same OIDs: a binding '
+'of another server is not this one''s.';
 comment on column donto.login_binding.reason is
 'first row (the login filed its first row), given (donto.give_document to a login that had '
 'filed nothing), adopted (donto.adopt_logins) or upgrade (a login that had filed rows '
@@ -62,8 +71,9 @@ begin
             'where login_role is not null', v_table) into v_found;
         v_names := v_names || v_found;
     end loop;
-    insert into donto.login_binding (login_role, role_oid, reason)
-    select l.name, coalesce(r.oid, 0), 'upgrade'
+    insert into donto.login_binding (login_role, role_oid, server_id, reason)
+    select l.name, coalesce(r.oid, 0), (pg_catalog.pg_control_system()).system_identifier,
+           'upgrade'
     from (select distinct pg_catalog.unnest(v_names) as name) as l
     left join pg_catalog.pg_roles as r on l.name = r.rolname
     order by l.name;

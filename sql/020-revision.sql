@@ -62,6 +62,20 @@ comment on function donto._document_login(bigint) is
 'The login a document belongs to: the latest donto.give_document grant, else the login that '
 'registered its first revision (null before 025: the owner''s). Stable.';
 
+create or replace function donto._server_id()
+returns bigint
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* This server's (cluster's) identity: pg_control_system().system_identifier, set by initdb
+   and shared by its physical replicas. Role OIDs mean something only within it. */
+    select (pg_catalog.pg_control_system()).system_identifier;
+$$;
+
+comment on function donto._server_id() is
+'This cluster''s system identifier (role OIDs are counted per cluster). Stable.';
+
 create or replace function donto._login_oid(p_login text)
 returns oid
 language sql
@@ -69,7 +83,7 @@ stable
 set search_path to pg_catalog, pg_temp
 as $$
 /* The OID of the role login name P_LOGIN is bound to here (the latest donto.login_binding
-   row of the name), or null: never bound. */
+   row of the name, whichever server bound it), or null: never bound. */
     select b.role_oid from donto.login_binding as b
     where b.login_role = p_login order by b.binding_id desc limit 1;
 $$;
@@ -85,16 +99,23 @@ stable
 set search_path to pg_catalog, pg_temp
 as $$
 /* Whether the role named P_LOGIN on this server now is the role the name stands for here:
-   the name is a role, and unbound or bound to that role's OID (donto.login_binding). False
-   for a role of that name made after the bound one was dropped, or restored onto another
-   server, until the owner adopts it (donto.adopt_logins). Never null. */
-    select coalesce((select coalesce(donto._login_oid(r.rolname) = r.oid, true)
-                     from pg_catalog.pg_roles as r where r.rolname = p_login), false);
+   the name is a role, and unbound, or bound on this server (donto._server_id) to that
+   role's OID (donto.login_binding). False for a role of that name made after the bound one
+   was dropped, or a database restored onto another server, until the owner adopts it
+   (donto.adopt_logins). Never null. */
+    select coalesce(
+        (select coalesce(
+                    (select b.role_oid = r.oid and b.server_id = donto._server_id()
+                     from donto.login_binding as b where b.login_role = r.rolname
+                     order by b.binding_id desc limit 1),
+                    true)
+         from pg_catalog.pg_roles as r where r.rolname = p_login),
+        false);
 $$;
 
 comment on function donto._login_bound(text) is
-'Whether the role of a login name is the one the name is bound to here (or the name is '
-'unbound). Never null. Stable.';
+'Whether the role of a login name is the one the name is bound to here, on this server (or '
+'the name is unbound). Never null. Stable.';
 
 create or replace function donto._check_session_login()
 returns void
@@ -107,22 +128,17 @@ as $$
 Refuse (SQLSTATE 42501) a session whose login name stands here for another role: one that
 filed rows under that name, was dropped, and a new role of the name made (another person,
 who would inherit its documents, runs, gates and arms), or a database restored onto
-another server, where every role has a new OID. The schema owner's session is always
-itself. The owner adopts a name for the role that has it now: donto.adopt_logins.
+another server, whose roles are other roles whatever their OIDs. The schema owner's
+session is never refused. The owner adopts a name for the role that has it now:
+donto.adopt_logins.
 */
-declare
-    v_bound oid;
-    v_at timestamptz;
 begin
     if donto._session_owns_schema() or donto._login_bound(session_user) then
         return;
     end if;
-    select b.role_oid, b.bound_at into v_bound, v_at from donto.login_binding as b
-    where b.login_role = session_user order by b.binding_id desc limit 1;
-    raise exception 'login % stands here for another role (OID %, bound %), not for the '
-        'role of this session (OID %): a role of that name was dropped and made again, or '
-        'the database was restored onto another server', session_user, v_bound, v_at,
-        (select r.oid from pg_catalog.pg_roles as r where r.rolname = session_user)
+    raise exception 'login % stands here for another role (one dropped and made again, or '
+        'of the server this database was restored from), not for the role of this session',
+        session_user
         using errcode = '42501',
               hint = pg_catalog.format('If it is the same login, the schema owner runs '
                                        'select * from donto.adopt_logins(array[%L]); a new '
@@ -142,59 +158,54 @@ security definer
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-The login that files a row: the default of every login_role column (sql/020 sets them).
-session_user, once it is known to stand for this session's role: a login's first row
-binds its name to its role's OID (donto.login_binding, 'first row'), and a session of
-another role of the same name files nothing (donto._check_session_login, 42501) until the
-owner adopts the name. The schema owner's session is never refused, but its login is
-bound too: a writer given that name later (the owner's login dropped, or a restore where
-the owner is another role) inherits nothing of the owner's.
+The login of this session, checked and bound: refuse (donto._check_session_login, 42501) a
+login name that stands here for another role, and bind a name never seen to this
+session's role (donto.login_binding, 'first row'), the owner's too (its session is never
+refused, but a writer later given its name inherits nothing of it). Called before every
+insert of a writer's session into a donto table (donto._login_guard) and when any session
+adds to a document (donto._check_document_writer, donto.register_revision).
 */
 declare
     v_oid oid;
 begin
     perform donto._check_session_login();
     if donto._login_oid(session_user) is null then
-        -- Two first rows at once bind once (the second sees the first's row here).
-        perform pg_catalog.pg_advisory_xact_lock(2087, pg_catalog.hashtext(session_user));
         select r.oid into strict v_oid from pg_catalog.pg_roles as r
         where r.rolname = session_user;
-        insert into donto.login_binding (login_role, role_oid, reason)
-        select session_user, v_oid, 'first row'
-        where donto._login_oid(session_user) is null;
+        -- Two first inserts at once bind once (login_binding_first_row_idx).
+        insert into donto.login_binding (login_role, role_oid, server_id, reason)
+        values (session_user, v_oid, donto._server_id(), 'first row')
+        on conflict (login_role) where reason = 'first row' do nothing;
     end if;
     return session_user;
 end;
 $$;
 
 comment on function donto._session_login() is
-'The login that files a row (default of every login_role column): session_user, bound on '
-'its first row to its role (the owner''s too); 42501 for another role of a bound name (never '
-'for the owner''s session). Volatile, security definer.';
+'The session''s login, checked (42501 for another role of a bound name, never for the '
+'owner''s session) and bound on first use. Volatile, security definer.';
 
--- Every column that names the filer from its session (login_role, default session_user
--- since 015, 025, 026, 027) files through donto._session_login; the columns an owner's
--- function fills with a login it names (document_grant, login_binding) have no default.
-do $$
-declare
-    v_rel regclass;
+create or replace function donto._login_guard()
+returns trigger
+language plpgsql
+set search_path to pg_catalog, pg_temp
+as $$
+/* Statement-level BEFORE INSERT trigger of every donto table but the binding record, the
+   migration ledger and the settings: a session that is not the owner's inserts nothing
+   while its login name stands here for another role, and its first insert binds its name
+   (donto._session_login). The owner's session passes as it is (its login is bound where
+   it adds to a document), so that a restore's COPY writes nothing but the dump. */
 begin
-    for v_rel in
-        select a.attrelid::regclass
-        from pg_catalog.pg_attribute as a
-        inner join pg_catalog.pg_attrdef as d on a.attrelid = d.adrelid and a.attnum = d.adnum
-        inner join pg_catalog.pg_class as c on a.attrelid = c.oid
-        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
-        where n.nspname = 'donto' and c.relkind in ('r', 'p') and a.attname = 'login_role'
-              and not a.attisdropped
-              and pg_catalog.pg_get_expr(d.adbin, d.adrelid) = 'SESSION_USER'
-        order by 1
-    loop
-        execute pg_catalog.format(
-            'alter table %s alter column login_role set default donto._session_login()', v_rel);
-    end loop;
+    if not donto._session_owns_schema() then
+        perform donto._session_login();
+    end if;
+    return null;
 end;
 $$;
+
+comment on function donto._login_guard() is
+'Trigger: before a session that is not the owner''s inserts into a donto table, check and bind '
+'its login (donto._session_login).';
 
 create or replace function donto._writes_document(p_document_id bigint)
 returns boolean
@@ -223,7 +234,7 @@ comment on function donto._writes_document(bigint) is
 create or replace function donto._check_document_writer(p_document_id bigint, p_function text)
 returns void
 language plpgsql
-stable
+volatile
 security invoker
 set search_path to pg_catalog, pg_temp
 as $$
@@ -232,30 +243,38 @@ Refuse (SQLSTATE 42501, in the name of P_FUNCTION) to add to document P_DOCUMENT
 this session may (donto._writes_document): registering its texts, projecting them into its
 contexts (recall, standing, extraction, summaries), extracting claims, retracting its
 statements. An A/B arm's measure contexts are not the document's memory: any writer
-measures there.
+measures there. The session's login is checked and bound first (donto._session_login).
 */
 declare
     v_login text;
     v_iri text;
 begin
+    perform donto._session_login();
     if not donto._writes_document(p_document_id) then
-        perform donto._check_session_login();
         v_login := donto._document_login(p_document_id);
         select d.iri into v_iri from donto.document as d where d.document_id = p_document_id;
         raise exception '%: document % belongs to %, not to %', p_function, v_iri,
             coalesce(v_login, 'the owner'), session_user
             using errcode = '42501',
-                  hint = 'A writer adds only to its own documents: load your text under a '
-                         'document IRI of your own, or ask the owner for '
-                         'donto.give_document(iri, login) or a DBA for GRANT <its login> TO '
-                         '<yours>.';
+                  hint = case
+                      when v_login is not null and not donto._login_bound(v_login)
+                           and exists (select 1 from pg_catalog.pg_roles as r
+                                       where r.rolname = v_login)
+                      then pg_catalog.format('Login %s stands here for another role (one '
+                               'dropped and made again, or of the server this database was '
+                               'restored from): the owner adopts it (donto.adopt_logins) or '
+                               'gives the document away.', v_login)
+                      else 'A writer adds only to its own documents: load your text under a '
+                           'document IRI of your own, or ask the owner for '
+                           'donto.give_document(iri, login) or a DBA for GRANT <its login> TO '
+                           '<yours>.' end;
     end if;
 end;
 $$;
 
 comment on function donto._check_document_writer(bigint, text) is
-'Refuse (42501) to add to a document this session may not add to (donto._writes_document). '
-'Stable, security invoker.';
+'Check and bind the session''s login; refuse (42501) to add to a document this session may not '
+'add to (donto._writes_document). Volatile, security invoker.';
 
 create or replace function donto.give_document(p_document_iri text, p_login text)
 returns bigint
@@ -295,15 +314,15 @@ begin
     -- The grant is to the role that has the name now: bind a name never seen to it, and
     -- refuse a name that stands here for another role (it is adopted first, or not at all).
     if not donto._login_bound(p_login) then
-        raise exception 'donto.give_document: login % stands here for another role (OID %), '
-            'not for the role of that name now (OID %)', p_login, donto._login_oid(p_login),
-            v_oid using errcode = '55000',
+        raise exception 'donto.give_document: login % stands here for another role, not '
+            'for the role of that name now (donto.stale_logins)', p_login
+            using errcode = '55000',
             hint = pg_catalog.format('If it is the same login: select * from '
                                      'donto.adopt_logins(array[%L]) first.', p_login);
     end if;
     if donto._login_oid(p_login) is null then
-        insert into donto.login_binding (login_role, role_oid, reason)
-        values (p_login, v_oid, 'given');
+        insert into donto.login_binding (login_role, role_oid, server_id, reason)
+        values (p_login, v_oid, donto._server_id(), 'given');
     end if;
     insert into donto.document_grant (document_id, login_role) values (v_doc, p_login)
     returning grant_id into v_id;
@@ -316,7 +335,10 @@ comment on function donto.give_document(text, text) is
 'grant''s id. Volatile, security definer.';
 
 create or replace function donto.stale_logins()
-returns table (login_role text, bound_oid oid, role_oid oid, bound_at timestamptz)
+returns table (
+    login_role text, bound_oid oid, role_oid oid, other_server boolean, renamed_to text,
+    bound_at timestamptz
+)
 language sql
 stable
 set search_path to pg_catalog, pg_temp
@@ -324,22 +346,29 @@ as $$
 /*
 The login names that stand here for a role that no longer has them (donto.login_binding):
 BOUND_OID is the role the name is bound to, ROLE_OID the role of that name on this server
-now (null: none). Such a login files nothing and adds to nothing here until the schema
-owner adopts it (donto.adopt_logins); after a restore onto another server every writer
-that had filed rows is listed.
+now (null: none), OTHER_SERVER whether the binding is of another server (a restore: its
+OIDs are not this server's, even where they are equal), RENAMED_TO the name the bound role
+has now when it is still a role here (ALTER ROLE ... RENAME: adopting the old name gives
+what it filed to the new role of that name, not to the renamed one). Such a login files
+nothing and adds to nothing here until the schema owner adopts it (donto.adopt_logins).
 */
-    select b.login_role, b.role_oid, r.oid, b.bound_at
-    from (select distinct on (lb.login_role) lb.login_role, lb.role_oid, lb.bound_at
+    select b.login_role, b.role_oid, r.oid, b.server_id <> donto._server_id(),
+           (select r2.rolname::text from pg_catalog.pg_roles as r2
+            where r2.oid = b.role_oid and b.server_id = donto._server_id()),
+           b.bound_at
+    from (select distinct on (lb.login_role) lb.login_role, lb.role_oid, lb.server_id,
+                 lb.bound_at
           from donto.login_binding as lb
           order by lb.login_role, lb.binding_id desc) as b
     left join pg_catalog.pg_roles as r on b.login_role = r.rolname
-    where r.oid is distinct from b.role_oid
+    where r.oid is distinct from b.role_oid or b.server_id <> donto._server_id()
     order by b.login_role;
 $$;
 
 comment on function donto.stale_logins() is
 'Login names bound here to a role that no longer has them (role_oid: the role of that name '
-'now, or null); adopt with donto.adopt_logins. Stable.';
+'now, or null; other_server: bound on the server a dump came from; renamed_to: the bound '
+'role''s name now); adopt with donto.adopt_logins. Stable.';
 
 create or replace function donto.adopt_logins(p_logins text[] default null)
 returns table (adopted_login text, old_oid oid, new_oid oid)
@@ -350,7 +379,8 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Bind the login names P_LOGINS (null: every name donto.stale_logins lists that is a role
-now) to the roles that have them on this server now: their documents, runs, gates, arms
+now, but not one whose bound role was renamed: name those) to the roles that have them on
+this server now: their documents, runs, gates, arms
 and rows are then those roles' (donto.login_binding, 'adopted'; the earlier binding stays
 on the record). For the same login after a restore onto another server, or a role dropped
 and made again for the same person; a new person logs in under a new name instead. Only
@@ -376,10 +406,12 @@ begin
     with stale as (
         select s.login_role, s.bound_oid, s.role_oid
         from donto.stale_logins() as s
-        where s.role_oid is not null and (p_logins is null or s.login_role = any(p_logins))
+        where s.role_oid is not null
+              and (s.login_role = any(p_logins) or (p_logins is null and s.renamed_to is null))
     ), adopted as (
-        insert into donto.login_binding (login_role, role_oid, reason)
-        select st.login_role, st.role_oid, 'adopted' from stale as st order by st.login_role
+        insert into donto.login_binding (login_role, role_oid, server_id, reason)
+        select st.login_role, st.role_oid, donto._server_id(), 'adopted'
+        from stale as st order by st.login_role
     )
     select st.login_role, st.bound_oid, st.role_oid from stale as st order by st.login_role;
 end;
@@ -450,7 +482,9 @@ begin
 
     select r.revision_id into v_prev from donto.revision as r
     where r.document_id = v_doc order by r.revision_id desc limit 1;
-    if v_prev is not null then
+    if v_prev is null then
+        perform donto._session_login();
+    else
         perform donto._check_document_writer(v_doc, 'donto.register_revision');
         -- The owner's session that registers a new text of another login's document takes
         -- it (a row of donto.document_grant, on the record): a writer who registered the
