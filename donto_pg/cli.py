@@ -193,16 +193,18 @@ def migrate(
             typer.echo("warning: every role may CREATE in schema public, which the donto "
                        "definers search (for pgvector): run `revoke create on schema public "
                        "from public` (README, Security model)", err=True)
-        stale = [name + (f" (its role is now {renamed}: adopting gives the new {name} what "
-                         "it filed)" if renamed else "")
-                 for name, renamed in conn.execute(
-                     "select login_role, renamed_to from donto.stale_logins() "
-                     "where role_oid is not null")]
+        stale = [name + (f" (renamed to {renamed})" if renamed else "")
+                 + (" (was the owner's login, now a writer's)" if taken else "")
+                 for name, renamed, taken in conn.execute(
+                     "select login_role, renamed_to, was_owner and not owner_now "
+                     "from donto.stale_logins() where role_oid is not null")]
         if stale:
             typer.echo(f"warning: login name(s) {', '.join(stale)} stand here for roles that "
-                       "no longer have them (dropped and made again, renamed, or a restore onto "
-                       "another server) and file nothing: for the same logins the owner runs "
-                       "`select * from donto.adopt_logins()` (README, Security model)", err=True)
+                       "no longer have them (dropped and made again, renamed, a restore onto "
+                       "another server, pg_upgrade) and file nothing: for the logins that are "
+                       "the same people the owner runs `select * from "
+                       "donto.adopt_logins(array['name', ...])` (README, Security model)",
+                       err=True)
     out({"applied": applied}, as_json,
         f"applied {', '.join(applied)}" if applied else "up to date (nothing to apply)")
 

@@ -761,6 +761,7 @@ create table donto.login_binding (
     login_role text not null check (pg_catalog.btrim(login_role) <> ''),
     role_oid oid not null,
     server_id bigint not null,
+    owner boolean not null,
     reason text not null check (reason in ('first row', 'given', 'adopted', 'upgrade')),
     bound_by text not null default session_user,
     bound_at timestamptz not null default pg_catalog.now()
@@ -787,6 +788,10 @@ comment on column donto.login_binding.server_id is
 'The server (cluster) the OID is of: pg_control_system().system_identifier when it was bound. '
 'Role OIDs are counted per cluster, and two clusters set up alike give the same OIDs: a binding '
 'of another server is not this one''s.';
+comment on column donto.login_binding.owner is
+'Whether the role was a member of the schema''s owner when it was bound: after a restore onto '
+'another server, the old owner''s name may be a writer''s there (donto.adopt_logins() leaves '
+'such a name to be named).';
 comment on column donto.login_binding.reason is
 'first row (the login filed its first row), given (donto.give_document to a login that had '
 'filed nothing), adopted (donto.adopt_logins) or upgrade (a login that had filed rows '
@@ -818,8 +823,12 @@ begin
             'where login_role is not null', v_table) into v_found;
         v_names := v_names || v_found;
     end loop;
-    insert into donto.login_binding (login_role, role_oid, server_id, reason)
+    insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
     select l.name, coalesce(r.oid, 0), (pg_catalog.pg_control_system()).system_identifier,
+           coalesce(pg_catalog.pg_has_role(
+               r.oid,
+               (select ns.nspowner from pg_catalog.pg_namespace as ns where ns.nspname = 'donto'),
+               'MEMBER'), false),
            'upgrade'
     from (select distinct pg_catalog.unnest(v_names) as name) as l
     left join pg_catalog.pg_roles as r on l.name = r.rolname
@@ -828,7 +837,7 @@ end;
 $$;
 
 
-insert into donto.migration (name, sha256) values ('029-login-binding.sql', '3ed4b0c9accd5af4becd8ac5e3533fe3debf9bd51326455ea05cadd10fc3788d');
+insert into donto.migration (name, sha256) values ('029-login-binding.sql', '60edfcd9db238f8c42b7890d76caf0db39bf05c2e86e54cc947ec0d4af7920a5');
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
@@ -1016,13 +1025,18 @@ another server, whose roles are other roles whatever their OIDs. The schema owne
 session is never refused. The owner adopts a name for the role that has it now:
 donto.adopt_logins.
 */
+declare
+    v_renamed text;
 begin
     if donto._session_owns_schema() or donto._login_bound(session_user) then
         return;
     end if;
-    raise exception 'login % stands here for another role (one dropped and made again, or '
-        'of the server this database was restored from), not for the role of this session',
-        session_user
+    select s.renamed_to into v_renamed from donto.stale_logins() as s
+    where s.login_role = session_user;
+    raise exception 'login % stands here for another role (%), not for the role of this '
+        'session', session_user,
+        coalesce('now named ' || v_renamed, 'one dropped and made again, or of the server '
+                 'this database was restored from, or a cluster upgraded by pg_upgrade')
         using errcode = '42501',
               hint = pg_catalog.format('If it is the same login, the schema owner runs '
                                        'select * from donto.adopt_logins(array[%L]); a new '
@@ -1057,8 +1071,9 @@ begin
         select r.oid into strict v_oid from pg_catalog.pg_roles as r
         where r.rolname = session_user;
         -- Two first inserts at once bind once (login_binding_first_row_idx).
-        insert into donto.login_binding (login_role, role_oid, server_id, reason)
-        values (session_user, v_oid, donto._server_id(), 'first row')
+        insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+        values (session_user, v_oid, donto._server_id(), donto._session_owns_schema(),
+                'first row')
         on conflict (login_role) where reason = 'first row' do nothing;
     end if;
     return session_user;
@@ -1132,10 +1147,13 @@ measures there. The session's login is checked and bound first (donto._session_l
 declare
     v_login text;
     v_iri text;
+    v_renamed text;
 begin
     perform donto._session_login();
     if not donto._writes_document(p_document_id) then
         v_login := donto._document_login(p_document_id);
+        select s.renamed_to into v_renamed from donto.stale_logins() as s
+        where s.login_role = v_login;
         select d.iri into v_iri from donto.document as d where d.document_id = p_document_id;
         raise exception '%: document % belongs to %, not to %', p_function, v_iri,
             coalesce(v_login, 'the owner'), session_user
@@ -1144,10 +1162,15 @@ begin
                       when v_login is not null and not donto._login_bound(v_login)
                            and exists (select 1 from pg_catalog.pg_roles as r
                                        where r.rolname = v_login)
-                      then pg_catalog.format('Login %s stands here for another role (one '
-                               'dropped and made again, or of the server this database was '
-                               'restored from): the owner adopts it (donto.adopt_logins) or '
-                               'gives the document away.', v_login)
+                      then pg_catalog.format('Login %s stands here for another role (%s): '
+                               'the owner %s.', v_login,
+                               coalesce('now named ' || v_renamed, 'one dropped and made again, '
+                                        'or of the server this database was restored from'),
+                               case when v_renamed is null
+                                    then 'adopts it (donto.adopt_logins) or gives the document '
+                                         'away (donto.give_document)'
+                                    else pg_catalog.format('gives the document to %s '
+                                         '(donto.give_document)', v_renamed) end)
                       else 'A writer adds only to its own documents: load your text under a '
                            'document IRI of your own, or ask the owner for '
                            'donto.give_document(iri, login) or a DBA for GRANT <its login> TO '
@@ -1205,8 +1228,8 @@ begin
                                      'donto.adopt_logins(array[%L]) first.', p_login);
     end if;
     if donto._login_oid(p_login) is null then
-        insert into donto.login_binding (login_role, role_oid, server_id, reason)
-        values (p_login, v_oid, donto._server_id(), 'given');
+        insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+        values (p_login, v_oid, donto._server_id(), donto._owners_login(p_login), 'given');
     end if;
     insert into donto.document_grant (document_id, login_role) values (v_doc, p_login)
     returning grant_id into v_id;
@@ -1221,7 +1244,7 @@ comment on function donto.give_document(text, text) is
 create or replace function donto.stale_logins()
 returns table (
     login_role text, bound_oid oid, role_oid oid, other_server boolean, renamed_to text,
-    bound_at timestamptz
+    was_owner boolean, owner_now boolean, bound_at timestamptz
 )
 language sql
 stable
@@ -1233,15 +1256,23 @@ BOUND_OID is the role the name is bound to, ROLE_OID the role of that name on th
 now (null: none), OTHER_SERVER whether the binding is of another server (a restore: its
 OIDs are not this server's, even where they are equal), RENAMED_TO the name the bound role
 has now when it is still a role here (ALTER ROLE ... RENAME: adopting the old name gives
-what it filed to the new role of that name, not to the renamed one). Such a login files
-nothing and adds to nothing here until the schema owner adopts it (donto.adopt_logins).
+what it filed to the new role of that name, not to the renamed one), WAS_OWNER whether the
+bound role was a member of the schema's owner, OWNER_NOW whether the role of the name now
+is (null: none; after a restore onto another server, the old owner's name may be a
+writer's). Such a login files nothing and adds to nothing here until the schema owner
+adopts it (donto.adopt_logins).
 */
     select b.login_role, b.role_oid, r.oid, b.server_id <> donto._server_id(),
            (select r2.rolname::text from pg_catalog.pg_roles as r2
             where r2.oid = b.role_oid and b.server_id = donto._server_id()),
+           b.owner,
+           pg_catalog.pg_has_role(
+               r.oid,
+               (select n.nspowner from pg_catalog.pg_namespace as n where n.nspname = 'donto'),
+               'MEMBER'),
            b.bound_at
     from (select distinct on (lb.login_role) lb.login_role, lb.role_oid, lb.server_id,
-                 lb.bound_at
+                 lb.owner, lb.bound_at
           from donto.login_binding as lb
           order by lb.login_role, lb.binding_id desc) as b
     left join pg_catalog.pg_roles as r on b.login_role = r.rolname
@@ -1252,7 +1283,8 @@ $$;
 comment on function donto.stale_logins() is
 'Login names bound here to a role that no longer has them (role_oid: the role of that name '
 'now, or null; other_server: bound on the server a dump came from; renamed_to: the bound '
-'role''s name now); adopt with donto.adopt_logins. Stable.';
+'role''s name now; was_owner, owner_now: whether it was, and is, a member of the schema''s '
+'owner); adopt with donto.adopt_logins. Stable.';
 
 create or replace function donto.adopt_logins(p_logins text[] default null)
 returns table (adopted_login text, old_oid oid, new_oid oid)
@@ -1263,8 +1295,8 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Bind the login names P_LOGINS (null: every name donto.stale_logins lists that is a role
-now, but not one whose bound role was renamed: name those) to the roles that have them on
-this server now: their documents, runs, gates, arms
+now, but not one whose bound role was renamed, nor a name of the owner's now held by a role
+that is not: name those once checked) to the roles that have them on this server now: their documents, runs, gates, arms
 and rows are then those roles' (donto.login_binding, 'adopted'; the earlier binding stays
 on the record). For the same login after a restore onto another server, or a role dropped
 and made again for the same person; a new person logs in under a new name instead. Only
@@ -1291,10 +1323,13 @@ begin
         select s.login_role, s.bound_oid, s.role_oid
         from donto.stale_logins() as s
         where s.role_oid is not null
-              and (s.login_role = any(p_logins) or (p_logins is null and s.renamed_to is null))
+              and (s.login_role = any(p_logins)
+                   or (p_logins is null and s.renamed_to is null
+                       and not (s.was_owner and not s.owner_now)))
     ), adopted as (
-        insert into donto.login_binding (login_role, role_oid, server_id, reason)
-        select st.login_role, st.role_oid, donto._server_id(), 'adopted'
+        insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+        select st.login_role, st.role_oid, donto._server_id(),
+               donto._owners_login(st.login_role), 'adopted'
         from stale as st order by st.login_role
     )
     select st.login_role, st.bound_oid, st.role_oid from stale as st order by st.login_role;
@@ -4407,6 +4442,8 @@ declare
     v_run bigint;
     v_missing text;
 begin
+    -- A run is its login's: checked and bound first (the owner's login too, 029).
+    perform donto._session_login();
     if providers is null or pg_catalog.jsonb_typeof(providers) <> 'array'
        or pg_catalog.jsonb_array_length(providers) = 0
        or exists (select 1 from pg_catalog.jsonb_array_elements(providers) as e (p)
@@ -5427,6 +5464,8 @@ declare
     v_have record;
     v_bad text;
 begin
+    -- An arm is its login's: checked and bound first (the owner's login too, 029).
+    perform donto._session_login();
     if p_name is null or p_name !~ '^[a-z0-9][a-z0-9_.-]*$' or p_name in ('chunkqual', 'summary')
     then
         raise exception 'donto.ab_register_arm: bad arm name % (lower-case letters, digits, '
@@ -5951,6 +5990,8 @@ declare
     v_key text := donto._scoped_key(p_gate_key);
     v_id bigint;
 begin
+    -- A gate is its login's: checked and bound first (the owner's login too, 029).
+    perform donto._session_login();
     insert into donto.ab_gate (gate_key, revisions, holdout, k, model_id, recall_arm, questions)
     values (v_key, p_revisions, p_holdout, p_k, p_model_id, p_recall_arm, p_questions)
     on conflict (gate_key) do nothing

@@ -497,6 +497,8 @@ declare
     v_run bigint;
     v_missing text;
 begin
+    -- A run is its login's: checked and bound first (the owner's login too, 029).
+    perform donto._session_login();
     if providers is null or pg_catalog.jsonb_typeof(providers) <> 'array'
        or pg_catalog.jsonb_array_length(providers) = 0
        or exists (select 1 from pg_catalog.jsonb_array_elements(providers) as e (p)

@@ -174,6 +174,8 @@ declare
     v_have record;
     v_bad text;
 begin
+    -- An arm is its login's: checked and bound first (the owner's login too, 029).
+    perform donto._session_login();
     if p_name is null or p_name !~ '^[a-z0-9][a-z0-9_.-]*$' or p_name in ('chunkqual', 'summary')
     then
         raise exception 'donto.ab_register_arm: bad arm name % (lower-case letters, digits, '
@@ -698,6 +700,8 @@ declare
     v_key text := donto._scoped_key(p_gate_key);
     v_id bigint;
 begin
+    -- A gate is its login's: checked and bound first (the owner's login too, 029).
+    perform donto._session_login();
     insert into donto.ab_gate (gate_key, revisions, holdout, k, model_id, recall_arm, questions)
     values (v_key, p_revisions, p_holdout, p_k, p_model_id, p_recall_arm, p_questions)
     on conflict (gate_key) do nothing

@@ -143,6 +143,7 @@ def test_a_login_made_again_inherits_nothing_until_the_owner_adopts_it(db, login
     # migrate says so (the step after a restore onto another server)
     r = run_cli(db, "migrate")
     assert r.returncode == 0 and f"login name(s) {alice} stand here" in r.stderr, r.stderr
+    assert "adopt_logins(array[" in r.stderr
     # the owner adopts it (the same person, say after a restore): all of it is hers again
     assert db.execute("select adopted_login, old_oid::bigint, new_oid::bigint "
                       "from donto.adopt_logins()").fetchall() == [(alice, old, new)]
@@ -208,8 +209,8 @@ def test_a_binding_of_another_server_and_a_renamed_login_are_stale(db, logins):
     a.close()
     # a dump of another server where alice had the same OID (clusters set up alike count
     # role OIDs alike): the binding restored here is not this server's alice
-    db.execute("insert into donto.login_binding (login_role, role_oid, server_id, reason) "
-               "select %s, oid, donto._server_id() + 1, 'adopted' from pg_roles "
+    db.execute("insert into donto.login_binding (login_role, role_oid, server_id, owner, "
+               "reason) select %s, oid, donto._server_id() + 1, false, 'adopted' from pg_roles "
                "where rolname = %s", (alice, alice))
     db.commit()
     with pytest.raises(errors.InsufficientPrivilege, match=STANDS):
@@ -229,6 +230,15 @@ def test_a_binding_of_another_server_and_a_renamed_login_are_stale(db, logins):
     db.commit()
     assert db.execute("select login_role, renamed_to from donto.stale_logins()").fetchall() \
         == [(alice, f"{alice}_2")]
+    # each is told which: the new alice of the rename, the renamed one of the give
+    with pytest.raises(errors.InsufficientPrivilege, match=f"now named {alice}_2"):
+        as_alice().execute("select donto.register_revision('doc:bind/srv3', %s)", (BODY,))
+    renamed = psycopg.connect(host=db.info.host, port=db.info.port, user=f"{alice}_2",
+                              password="pw", dbname=db.info.dbname)
+    with pytest.raises(errors.InsufficientPrivilege, match="belongs to " + alice) as e:
+        renamed.execute("select donto.register_revision('doc:bind/srv', %s)", (BODY + "r\n",))
+    assert f"gives the document to {alice}_2" in e.value.diag.message_hint
+    renamed.close()
     assert db.execute("select * from donto.adopt_logins()").fetchall() == []
     assert db.execute("select adopted_login from donto.adopt_logins(%s)",
                       ([alice],)).fetchall() == [(alice,)]
@@ -250,3 +260,32 @@ def test_two_first_inserts_at_once_bind_once(db, logins):
     second.commit()
     assert len(done) == 1
     assert bindings(db, writer) == [(oid(db, writer), "first row")]
+
+
+def test_an_owners_login_is_bound_and_not_adopted_for_a_writer_of_its_name(db, logins):
+    admin, as_admin = logins(db.info.user)  # a member of the schema's owner
+    ad = as_admin()
+    run = ad.execute("select run_id from donto.start_extraction_run(%s, '{}', null, 'a')",
+                     (BASELINE,)).fetchone()[0]
+    ad.commit()
+    ad.close()
+    assert db.execute("select reason, owner from donto.login_binding where login_role = %s",
+                      (admin,)).fetchall() == [("first row", True)]
+    db.commit()
+    # the admin's login is dropped and its name given to a writer (another person)
+    db.execute(f"drop role {admin}")
+    db.execute(f"create role {admin} login password 'pw' in role donto_writer")
+    db.commit()
+    w = as_admin()
+    for sql, args in (("select donto.record_extraction_event(%s, 'failed', '{}')", (run,)),
+                      ("select donto.start_extraction_run(%s, '{}', null, 'a')", (BASELINE,))):
+        with pytest.raises(errors.InsufficientPrivilege, match=STANDS):
+            w.execute(sql, args)
+        w.rollback()
+    assert db.execute("select was_owner, owner_now from donto.stale_logins() "
+                      "where login_role = %s", (admin,)).fetchone() == (True, False)
+    # adopting everything leaves it: only naming it, once checked, gives it the admin's work
+    assert db.execute("select * from donto.adopt_logins()").fetchall() == []
+    assert db.execute("select adopted_login from donto.adopt_logins(%s)",
+                      ([admin],)).fetchall() == [(admin,)]
+    db.commit()
