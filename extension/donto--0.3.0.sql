@@ -1389,7 +1389,19 @@ $$;
 comment on function donto._refuse_mutation() is
 'Trigger function enforcing invariant I3: raises on UPDATE, DELETE and TRUNCATE.';
 
-do $$
+create or replace function donto._trigger_every_table(
+    p_trigger text, p_events text, p_function text, p_except text[]
+)
+returns void
+language plpgsql
+volatile
+set search_path to pg_catalog, pg_temp
+as $$
+/* (Re)create the statement-level trigger P_TRIGGER (BEFORE P_EVENTS, executing P_FUNCTION)
+   on every table of schema donto but those named in P_EXCEPT, ENABLE ALWAYS: also under
+   session_replication_role = replica (which skips ordinary triggers), so not even the
+   owner with that setting gets past it. Install time; idempotent; a table added by a
+   later migration is covered without being named. */
 declare
     v_table regclass;
 begin
@@ -1399,20 +1411,26 @@ begin
         inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
         where n.nspname = 'donto'
               and c.relkind in ('r', 'p')
-              and c.relname <> 'setting'
+              and c.relname <> all(p_except)
               and not c.relispartition
     loop
-        -- Statement-level, so even an UPDATE or DELETE that matches no row fails.
-        execute format('drop trigger if exists i3_refuse on %s', v_table);
-        execute format(
-            'create trigger i3_refuse before update or delete or truncate on %s '
-            'for each statement execute function donto._refuse_mutation()', v_table);
-        -- ALWAYS: also under session_replication_role = replica (which skips ordinary
-        -- triggers), so not even the owner with that setting can change a fact.
-        execute format('alter table %s enable always trigger i3_refuse', v_table);
+        execute pg_catalog.format('drop trigger if exists %I on %s', p_trigger, v_table);
+        execute pg_catalog.format(
+            'create trigger %I before %s on %s for each statement execute function %s()',
+            p_trigger, p_events, v_table, p_function);
+        execute pg_catalog.format('alter table %s enable always trigger %I', v_table, p_trigger);
     end loop;
 end;
 $$;
+
+comment on function donto._trigger_every_table(text, text, text, text[]) is
+'(Re)create a statement-level BEFORE trigger, ENABLE ALWAYS, on every donto table but the '
+'ones named (install time).';
+
+-- Statement-level, so even an UPDATE or DELETE that matches no row fails.
+select donto._trigger_every_table(
+    'i3_refuse', 'update or delete or truncate', 'donto._refuse_mutation', array['setting']
+);
 
 
 -- sql/020-revision.sql
@@ -9425,28 +9443,10 @@ $$;
 
 -- Who inserts: before any insert into a donto table (but the binding record, the migration
 -- ledger and the settings), a session that is not the owner's has its login checked and
--- bound (donto._login_guard, migration 029). ENABLE ALWAYS, as the I3 triggers.
-do $$
-declare
-    v_table regclass;
-begin
-    for v_table in
-        select c.oid::regclass
-        from pg_catalog.pg_class as c
-        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
-        where n.nspname = 'donto'
-              and c.relkind in ('r', 'p')
-              and c.relname not in ('login_binding', 'migration', 'setting')
-              and not c.relispartition
-    loop
-        execute pg_catalog.format('drop trigger if exists login_guard on %s', v_table);
-        execute pg_catalog.format(
-            'create trigger login_guard before insert on %s '
-            'for each statement execute function donto._login_guard()', v_table);
-        execute pg_catalog.format('alter table %s enable always trigger login_guard', v_table);
-    end loop;
-end;
-$$;
+-- bound (donto._login_guard, migration 029).
+select donto._trigger_every_table(
+    'login_guard', 'insert', 'donto._login_guard', array['login_binding', 'migration', 'setting']
+);
 
 
 -- sql/095-ddl-guard.sql

@@ -77,25 +77,7 @@ $$;
 
 -- Who inserts: before any insert into a donto table (but the binding record, the migration
 -- ledger and the settings), a session that is not the owner's has its login checked and
--- bound (donto._login_guard, migration 029). ENABLE ALWAYS, as the I3 triggers.
-do $$
-declare
-    v_table regclass;
-begin
-    for v_table in
-        select c.oid::regclass
-        from pg_catalog.pg_class as c
-        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
-        where n.nspname = 'donto'
-              and c.relkind in ('r', 'p')
-              and c.relname not in ('login_binding', 'migration', 'setting')
-              and not c.relispartition
-    loop
-        execute pg_catalog.format('drop trigger if exists login_guard on %s', v_table);
-        execute pg_catalog.format(
-            'create trigger login_guard before insert on %s '
-            'for each statement execute function donto._login_guard()', v_table);
-        execute pg_catalog.format('alter table %s enable always trigger login_guard', v_table);
-    end loop;
-end;
-$$;
+-- bound (donto._login_guard, migration 029).
+select donto._trigger_every_table(
+    'login_guard', 'insert', 'donto._login_guard', array['login_binding', 'migration', 'setting']
+);
