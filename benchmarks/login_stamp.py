@@ -82,7 +82,7 @@ def main(path: str = typer.Argument(str(SHARED_BEAM / "chats" / "500K" / "13")),
             t = time.perf_counter()
             loader.record_conversation(conn, conv, f"bench:stamp/{i}", {"source": "bench"})
             times[setting].append(time.perf_counter() - t)
-            rows = conn.execute(STAMPED).fetchone()[0] - before
+            rows = int(conn.execute(STAMPED).fetchone()[0] - before)
             conn.commit()
         set_guards(conn, True)
         conn.execute("reset session authorization")
