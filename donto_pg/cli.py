@@ -194,9 +194,10 @@ def migrate(
                        "definers search (for pgvector): run `revoke create on schema public "
                        "from public` (README, Security model)", err=True)
         stale = [name + (f" (renamed to {renamed})" if renamed else "")
-                 + (" (was the owner's login, now a writer's)" if taken else "")
-                 for name, renamed, taken in conn.execute(
-                     "select login_role, renamed_to, was_owner and not owner_now "
+                 + (" (its standing changed: the owner's login then and a writer's now, or "
+                    "the reverse, or unknown)" if changed else "")
+                 for name, renamed, changed in conn.execute(
+                     "select login_role, renamed_to, was_owner is distinct from owner_now "
                      "from donto.stale_logins() where role_oid is not null")]
         if stale:
             typer.echo(f"warning: login name(s) {', '.join(stale)} stand here for roles that "

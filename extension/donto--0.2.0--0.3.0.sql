@@ -761,8 +761,8 @@ create table donto.login_binding (
     login_role text not null check (pg_catalog.btrim(login_role) <> ''),
     role_oid oid not null,
     server_id bigint not null,
-    owner boolean not null,
-    reason text not null check (reason in ('first row', 'given', 'adopted', 'upgrade')),
+    owner boolean,
+    reason text not null check (reason in ('first row', 'given', 'adopted', 'upgrade', 'owner')),
     bound_by text not null default session_user,
     bound_at timestamptz not null default pg_catalog.now()
 );
@@ -789,13 +789,15 @@ comment on column donto.login_binding.server_id is
 'Role OIDs are counted per cluster, and two clusters set up alike give the same OIDs: a binding '
 'of another server is not this one''s.';
 comment on column donto.login_binding.owner is
-'Whether the role was a member of the schema''s owner when it was bound: after a restore onto '
-'another server, the old owner''s name may be a writer''s there (donto.adopt_logins() leaves '
-'such a name to be named).';
+'Whether the role was a member of the schema''s owner when it was bound (null: unknown, a name '
+'no role had at the upgrade); a role that became one since is bound again (reason owner). After '
+'a restore onto another server the old owner''s name may be a writer''s there: '
+'donto.adopt_logins() adopts only names whose standing is unchanged.';
 comment on column donto.login_binding.reason is
 'first row (the login filed its first row), given (donto.give_document to a login that had '
-'filed nothing), adopted (donto.adopt_logins) or upgrade (a login that had filed rows '
-'before 029, bound by the migration to the role of that name then, or to OID 0 when none).';
+'filed nothing), adopted (donto.adopt_logins), upgrade (a login that had filed rows '
+'before 029, bound by the migration to the role of that name then, or to OID 0 when none) or '
+'owner (the bound role became a member of the schema''s owner).';
 comment on column donto.login_binding.bound_by is 'The login of the session that bound it.';
 comment on column donto.login_binding.bound_at is 'When (transaction time).';
 
@@ -825,10 +827,10 @@ begin
     end loop;
     insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
     select l.name, coalesce(r.oid, 0), (pg_catalog.pg_control_system()).system_identifier,
-           coalesce(pg_catalog.pg_has_role(
+           pg_catalog.pg_has_role(
                r.oid,
                (select ns.nspowner from pg_catalog.pg_namespace as ns where ns.nspname = 'donto'),
-               'MEMBER'), false),
+               'MEMBER'),
            'upgrade'
     from (select distinct pg_catalog.unnest(v_names) as name) as l
     left join pg_catalog.pg_roles as r on l.name = r.rolname
@@ -837,7 +839,7 @@ end;
 $$;
 
 
-insert into donto.migration (name, sha256) values ('029-login-binding.sql', '60edfcd9db238f8c42b7890d76caf0db39bf05c2e86e54cc947ec0d4af7920a5');
+insert into donto.migration (name, sha256) values ('029-login-binding.sql', '992f257c3117e7fd37b0864355566da40d6ef0dc2efdefe83a04e657d3ecb122');
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
@@ -1056,9 +1058,12 @@ begin
         coalesce('now named ' || v_renamed, 'one dropped and made again, or of the server '
                  'this database was restored from, or a cluster upgraded by pg_upgrade')
         using errcode = '42501',
-              hint = pg_catalog.format('If it is the same login, the schema owner runs '
-                                       'select * from donto.adopt_logins(array[%L]); a new '
-                                       'person logs in under a new name.', session_user);
+              hint = case when v_renamed is null
+                  then pg_catalog.format('If it is the same login, the schema owner runs '
+                                         'select * from donto.adopt_logins(array[%L]); a new '
+                                         'person logs in under a new name.', session_user)
+                  else pg_catalog.format('What %s filed is %s''s now: log in under a name of '
+                                         'your own.', session_user, v_renamed) end;
 end;
 $$;
 
@@ -1093,6 +1098,15 @@ begin
         values (session_user, v_oid, donto._server_id(), donto._session_owns_schema(),
                 'first row')
         on conflict (login_role) where reason = 'first row' do nothing;
+    elsif donto._session_owns_schema() and donto._login_bound(session_user)
+          and not coalesce((select b.owner from donto.login_binding as b
+                            where b.login_role = session_user
+                            order by b.binding_id desc limit 1), false) then
+        -- A login that became a member of the owner since it was bound: on the record, so
+        -- that after a restore its name is not adopted for a writer without being named.
+        insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+        select session_user, r.oid, donto._server_id(), true, 'owner'
+        from pg_catalog.pg_roles as r where r.rolname = session_user;
     end if;
     return session_user;
 end;
@@ -1313,8 +1327,9 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Bind the login names P_LOGINS (null: every name donto.stale_logins lists that is a role
-now, but not one whose bound role was renamed, nor a name of the owner's now held by a role
-that is not: name those once checked) to the roles that have them on this server now: their documents, runs, gates, arms
+now, but not one whose bound role was renamed, nor one whose standing changed, the owner's
+login name now a writer's, say, or unknown: name those once checked) to the roles that
+have them on this server now: their documents, runs, gates, arms
 and rows are then those roles' (donto.login_binding, 'adopted'; the earlier binding stays
 on the record). For the same login after a restore onto another server, or a role dropped
 and made again for the same person; a new person logs in under a new name instead. Only
@@ -1343,7 +1358,7 @@ begin
         where s.role_oid is not null
               and (s.login_role = any(p_logins)
                    or (p_logins is null and s.renamed_to is null
-                       and not (s.was_owner and not s.owner_now)))
+                       and s.was_owner is not distinct from s.owner_now))
     ), adopted as (
         insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
         select st.login_role, st.role_oid, donto._server_id(),
@@ -1622,7 +1637,8 @@ The id of context P_IRI, for rows of document P_DOCUMENT_ID (called by every pat
 files rows under a context). Only a session that may add to the document files there
 (donto._check_document_writer; a measure context, P_KIND 'measure', is anyone's). A
 context belongs to the document that filled it first (donto.context_owner); any other
-document is refused (42501). The names the donto
+document is refused (42501). The session's login is checked and bound either way
+(donto._session_login). The names the donto
 functions give a document's contexts (ctx:memory/..., ctx:claims/..., ctx:measure/...)
 belong to that document from the start: another document may not claim one first.
 */
@@ -1638,6 +1654,8 @@ begin
     end if;
     if p_kind <> 'measure' then
         perform donto._check_document_writer(p_document_id, p_function);
+    else
+        perform donto._session_login();  -- measure rows name their login too (029)
     end if;
     if (p_iri like 'ctx:memory/%' or p_iri like 'ctx:claims/%' or p_iri like 'ctx:measure/%')
        and p_iri <> all(array[
@@ -1729,6 +1747,8 @@ begin
     -- anything else only while it may add to the document (not after the owner took it)
     if not (coalesce(v_filer = session_user, false) and v_measure) then
         perform donto._check_document_writer(v_doc, 'donto.retract');
+    else
+        perform donto._session_login();
     end if;
     if reason is null or btrim(reason) = '' then
         raise exception 'donto.retract: a reason is required' using errcode = '22023';
@@ -2451,12 +2471,15 @@ as $$
 /*
 Whether a row that login P_LOGIN filed counts as the schema owner's: P_LOGIN is null (filed
 before its table recorded logins) or a role of this server that is a member of the owner
-of schema donto. A login that is no role here (dropped, renamed) is nobody's. Never null.
+of schema donto, while the name stands for that role here (donto._login_bound). A login
+that is no role here (dropped, renamed), or whose name stands for another role (a name
+given again, a restore onto another server, until adopted), is nobody's. Never null.
 */
     select p_login is null
            or exists (
                select 1 from pg_catalog.pg_roles as r
                where r.rolname = p_login
+                     and donto._login_bound(p_login)
                      and pg_catalog.pg_has_role(
                          r.oid,
                          (select n.nspowner from pg_catalog.pg_namespace as n
@@ -8885,6 +8908,7 @@ revoke execute on function donto._extend_projections(bigint, bigint) from donto_
 revoke execute on function donto._extend_recall(bigint, bigint) from donto_writer;
 revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;
 revoke execute on function donto._standing_from_claims(bigint) from donto_writer;
+revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
 
 do $$
 declare

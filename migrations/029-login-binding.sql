@@ -14,8 +14,8 @@ create table donto.login_binding (
     login_role text not null check (pg_catalog.btrim(login_role) <> ''),
     role_oid oid not null,
     server_id bigint not null,
-    owner boolean not null,
-    reason text not null check (reason in ('first row', 'given', 'adopted', 'upgrade')),
+    owner boolean,
+    reason text not null check (reason in ('first row', 'given', 'adopted', 'upgrade', 'owner')),
     bound_by text not null default session_user,
     bound_at timestamptz not null default pg_catalog.now()
 );
@@ -42,13 +42,15 @@ comment on column donto.login_binding.server_id is
 'Role OIDs are counted per cluster, and two clusters set up alike give the same OIDs: a binding '
 'of another server is not this one''s.';
 comment on column donto.login_binding.owner is
-'Whether the role was a member of the schema''s owner when it was bound: after a restore onto '
-'another server, the old owner''s name may be a writer''s there (donto.adopt_logins() leaves '
-'such a name to be named).';
+'Whether the role was a member of the schema''s owner when it was bound (null: unknown, a name '
+'no role had at the upgrade); a role that became one since is bound again (reason owner). After '
+'a restore onto another server the old owner''s name may be a writer''s there: '
+'donto.adopt_logins() adopts only names whose standing is unchanged.';
 comment on column donto.login_binding.reason is
 'first row (the login filed its first row), given (donto.give_document to a login that had '
-'filed nothing), adopted (donto.adopt_logins) or upgrade (a login that had filed rows '
-'before 029, bound by the migration to the role of that name then, or to OID 0 when none).';
+'filed nothing), adopted (donto.adopt_logins), upgrade (a login that had filed rows '
+'before 029, bound by the migration to the role of that name then, or to OID 0 when none) or '
+'owner (the bound role became a member of the schema''s owner).';
 comment on column donto.login_binding.bound_by is 'The login of the session that bound it.';
 comment on column donto.login_binding.bound_at is 'When (transaction time).';
 
@@ -78,10 +80,10 @@ begin
     end loop;
     insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
     select l.name, coalesce(r.oid, 0), (pg_catalog.pg_control_system()).system_identifier,
-           coalesce(pg_catalog.pg_has_role(
+           pg_catalog.pg_has_role(
                r.oid,
                (select ns.nspowner from pg_catalog.pg_namespace as ns where ns.nspname = 'donto'),
-               'MEMBER'), false),
+               'MEMBER'),
            'upgrade'
     from (select distinct pg_catalog.unnest(v_names) as name) as l
     left join pg_catalog.pg_roles as r on l.name = r.rolname

@@ -145,9 +145,12 @@ begin
         coalesce('now named ' || v_renamed, 'one dropped and made again, or of the server '
                  'this database was restored from, or a cluster upgraded by pg_upgrade')
         using errcode = '42501',
-              hint = pg_catalog.format('If it is the same login, the schema owner runs '
-                                       'select * from donto.adopt_logins(array[%L]); a new '
-                                       'person logs in under a new name.', session_user);
+              hint = case when v_renamed is null
+                  then pg_catalog.format('If it is the same login, the schema owner runs '
+                                         'select * from donto.adopt_logins(array[%L]); a new '
+                                         'person logs in under a new name.', session_user)
+                  else pg_catalog.format('What %s filed is %s''s now: log in under a name of '
+                                         'your own.', session_user, v_renamed) end;
 end;
 $$;
 
@@ -182,6 +185,15 @@ begin
         values (session_user, v_oid, donto._server_id(), donto._session_owns_schema(),
                 'first row')
         on conflict (login_role) where reason = 'first row' do nothing;
+    elsif donto._session_owns_schema() and donto._login_bound(session_user)
+          and not coalesce((select b.owner from donto.login_binding as b
+                            where b.login_role = session_user
+                            order by b.binding_id desc limit 1), false) then
+        -- A login that became a member of the owner since it was bound: on the record, so
+        -- that after a restore its name is not adopted for a writer without being named.
+        insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+        select session_user, r.oid, donto._server_id(), true, 'owner'
+        from pg_catalog.pg_roles as r where r.rolname = session_user;
     end if;
     return session_user;
 end;
@@ -402,8 +414,9 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Bind the login names P_LOGINS (null: every name donto.stale_logins lists that is a role
-now, but not one whose bound role was renamed, nor a name of the owner's now held by a role
-that is not: name those once checked) to the roles that have them on this server now: their documents, runs, gates, arms
+now, but not one whose bound role was renamed, nor one whose standing changed, the owner's
+login name now a writer's, say, or unknown: name those once checked) to the roles that
+have them on this server now: their documents, runs, gates, arms
 and rows are then those roles' (donto.login_binding, 'adopted'; the earlier binding stays
 on the record). For the same login after a restore onto another server, or a role dropped
 and made again for the same person; a new person logs in under a new name instead. Only
@@ -432,7 +445,7 @@ begin
         where s.role_oid is not null
               and (s.login_role = any(p_logins)
                    or (p_logins is null and s.renamed_to is null
-                       and not (s.was_owner and not s.owner_now)))
+                       and s.was_owner is not distinct from s.owner_now))
     ), adopted as (
         insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
         select st.login_role, st.role_oid, donto._server_id(),
@@ -711,7 +724,8 @@ The id of context P_IRI, for rows of document P_DOCUMENT_ID (called by every pat
 files rows under a context). Only a session that may add to the document files there
 (donto._check_document_writer; a measure context, P_KIND 'measure', is anyone's). A
 context belongs to the document that filled it first (donto.context_owner); any other
-document is refused (42501). The names the donto
+document is refused (42501). The session's login is checked and bound either way
+(donto._session_login). The names the donto
 functions give a document's contexts (ctx:memory/..., ctx:claims/..., ctx:measure/...)
 belong to that document from the start: another document may not claim one first.
 */
@@ -727,6 +741,8 @@ begin
     end if;
     if p_kind <> 'measure' then
         perform donto._check_document_writer(p_document_id, p_function);
+    else
+        perform donto._session_login();  -- measure rows name their login too (029)
     end if;
     if (p_iri like 'ctx:memory/%' or p_iri like 'ctx:claims/%' or p_iri like 'ctx:measure/%')
        and p_iri <> all(array[

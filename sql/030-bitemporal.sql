@@ -32,6 +32,8 @@ begin
     -- anything else only while it may add to the document (not after the owner took it)
     if not (coalesce(v_filer = session_user, false) and v_measure) then
         perform donto._check_document_writer(v_doc, 'donto.retract');
+    else
+        perform donto._session_login();
     end if;
     if reason is null or btrim(reason) = '' then
         raise exception 'donto.retract: a reason is required' using errcode = '22023';

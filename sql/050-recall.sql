@@ -350,12 +350,15 @@ as $$
 /*
 Whether a row that login P_LOGIN filed counts as the schema owner's: P_LOGIN is null (filed
 before its table recorded logins) or a role of this server that is a member of the owner
-of schema donto. A login that is no role here (dropped, renamed) is nobody's. Never null.
+of schema donto, while the name stands for that role here (donto._login_bound). A login
+that is no role here (dropped, renamed), or whose name stands for another role (a name
+given again, a restore onto another server, until adopted), is nobody's. Never null.
 */
     select p_login is null
            or exists (
                select 1 from pg_catalog.pg_roles as r
                where r.rolname = p_login
+                     and donto._login_bound(p_login)
                      and pg_catalog.pg_has_role(
                          r.oid,
                          (select n.nspowner from pg_catalog.pg_namespace as n

@@ -196,8 +196,11 @@ def test_an_upgrade_binds_the_logins_that_filed_rows(fresh_db, logins):  # noqa:
     # a role made under the dropped name later inherits nothing until the owner adopts it
     conn.execute(f"create role {writer}_x")
     conn.commit()
-    assert conn.execute("select login_role, bound_oid::bigint from donto.stale_logins()"
-                        ).fetchall() == [(f"{writer}_x", 0)]
+    assert conn.execute("select login_role, bound_oid::bigint, was_owner from "
+                        "donto.stale_logins()").fetchall() == [(f"{writer}_x", 0, None)]
+    # whose it was is unknown: adopting everything leaves it to be named
+    assert conn.execute("select * from donto.adopt_logins()").fetchall() == []
+    conn.rollback()
     conn.execute(f"drop role {writer}_x")
     conn.commit()
 
@@ -231,8 +234,9 @@ def test_a_binding_of_another_server_and_a_renamed_login_are_stale(db, logins):
     assert db.execute("select login_role, renamed_to from donto.stale_logins()").fetchall() \
         == [(alice, f"{alice}_2")]
     # each is told which: the new alice of the rename, the renamed one of the give
-    with pytest.raises(errors.InsufficientPrivilege, match=f"now named {alice}_2"):
+    with pytest.raises(errors.InsufficientPrivilege, match=f"now named {alice}_2") as e:
         as_alice().execute("select donto.register_revision('doc:bind/srv3', %s)", (BODY,))
+    assert "log in under a name of your own" in e.value.diag.message_hint
     renamed = psycopg.connect(host=db.info.host, port=db.info.port, user=f"{alice}_2",
                               password="pw", dbname=db.info.dbname)
     with pytest.raises(errors.InsufficientPrivilege, match="belongs to " + alice) as e:
@@ -288,4 +292,41 @@ def test_an_owners_login_is_bound_and_not_adopted_for_a_writer_of_its_name(db, l
     assert db.execute("select * from donto.adopt_logins()").fetchall() == []
     assert db.execute("select adopted_login from donto.adopt_logins(%s)",
                       ([admin],)).fetchall() == [(admin,)]
+    db.commit()
+
+
+def test_an_admins_measurements_and_a_promotion_are_on_the_record(db, logins):
+    rev = loaded(db, "doc:bind/measured")
+    db.execute("select donto.ab_register_arm('w80', 'fixed', '{\"window\": 80}')")
+    db.commit()
+    admin, as_admin = logins(db.info.user)
+    ad = as_admin()
+    assert ad.execute("select donto.ab_project_arm('w80', %s)", (rev,)).fetchone()[0] > 0
+    ad.commit()
+    assert bindings(db, admin) == [(oid(db, admin), "first row")]
+    # a writer made an admin is bound again, as one
+    writer, as_writer = logins()
+    loaded(as_writer(), "doc:bind/promoted", BODY.replace("Berlin", "Quito"))
+    db.execute(f"grant {db.info.user} to {writer}")
+    db.commit()
+    loaded(as_writer(), "doc:bind/promoted2", BODY.replace("Berlin", "Lagos"))
+    assert db.execute("select reason, owner from donto.login_binding where login_role = %s "
+                      "order by binding_id", (writer,)).fetchall() \
+        == [("first row", False), ("owner", True)]
+    db.commit()
+    # a writer's name given to an admin: what the writer filed is not the owner's until the
+    # owner adopts the name
+    other, as_other = logins()
+    loaded(as_other(), "doc:bind/other", BODY.replace("Berlin", "Cairo"))
+    db.execute(f"drop role {other}")
+    db.execute(f"create role {other} login password 'pw' in role {db.info.user}")
+    db.commit()
+    assert db.execute("select donto._owners_login(%s)", (other,)).fetchone() == (False,)
+    db.execute("select * from donto.adopt_logins(%s)", ([other],))
+    assert db.execute("select donto._owners_login(%s)", (other,)).fetchone() == (True,)
+    db.commit()
+    # the helper that attaches triggers is the owner's alone
+    assert db.execute("select has_function_privilege('donto_writer', "
+                      "'donto._trigger_every_table(text, text, text, text[])', 'execute')"
+                      ).fetchone() == (False,)
     db.commit()
