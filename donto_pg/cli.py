@@ -193,6 +193,9 @@ def migrate(
             typer.echo("warning: every role may CREATE in schema public, which the donto "
                        "definers search (for pgvector): run `revoke create on schema public "
                        "from public` (README, Security model)", err=True)
+        # the owner's own login name, if it stood for an owner's role before, is its own
+        conn.execute("select donto._session_login()")
+        conn.commit()
         stale = [name + (f" (renamed to {renamed})" if renamed else "")
                  + (" (its standing changed: the owner's login then and a writer's now, or "
                     "the reverse, or unknown)" if changed else "")

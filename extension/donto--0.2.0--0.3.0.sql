@@ -1082,12 +1082,15 @@ as $$
 The login of this session, checked and bound: refuse (donto._check_session_login, 42501) a
 login name that stands here for another role, and bind a name never seen to this
 session's role (donto.login_binding, 'first row'), the owner's too (its session is never
-refused, but a writer later given its name inherits nothing of it). Called before every
+refused, but a writer later given its name inherits nothing of it). The owner's session
+takes its own name back when the name stood for an owner's role before (after a restore
+onto another cluster), and records a login that became a member of the owner. Called before every
 insert of a writer's session into a donto table (donto._login_guard) and when any session
 adds to a document (donto._check_document_writer, donto.register_revision).
 */
 declare
     v_oid oid;
+    v_owner boolean;
 begin
     perform donto._check_session_login();
     if donto._login_oid(session_user) is null then
@@ -1098,15 +1101,23 @@ begin
         values (session_user, v_oid, donto._server_id(), donto._session_owns_schema(),
                 'first row')
         on conflict (login_role) where reason = 'first row' do nothing;
-    elsif donto._session_owns_schema() and donto._login_bound(session_user)
-          and not coalesce((select b.owner from donto.login_binding as b
-                            where b.login_role = session_user
-                            order by b.binding_id desc limit 1), false) then
-        -- A login that became a member of the owner since it was bound: on the record, so
-        -- that after a restore its name is not adopted for a writer without being named.
-        insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
-        select session_user, r.oid, donto._server_id(), true, 'owner'
-        from pg_catalog.pg_roles as r where r.rolname = session_user;
+    elsif donto._session_owns_schema() then
+        select b.owner into v_owner from donto.login_binding as b
+        where b.login_role = session_user order by b.binding_id desc limit 1;
+        if not donto._login_bound(session_user) and coalesce(v_owner, false) then
+            -- The owner's login name stood for an owner's role before (a restore onto
+            -- another cluster): the owner's session takes it back, as adopt_logins would.
+            insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+            select session_user, r.oid, donto._server_id(), true, 'adopted'
+            from pg_catalog.pg_roles as r where r.rolname = session_user;
+        elsif donto._login_bound(session_user) and not coalesce(v_owner, false) then
+            -- A login that became a member of the owner since it was bound: on the
+            -- record, so that after a restore its name is not adopted for a writer
+            -- without being named.
+            insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+            select session_user, r.oid, donto._server_id(), true, 'owner'
+            from pg_catalog.pg_roles as r where r.rolname = session_user;
+        end if;
     end if;
     return session_user;
 end;
@@ -1353,7 +1364,7 @@ begin
     end if;
     return query
     with stale as (
-        select s.login_role, s.bound_oid, s.role_oid
+        select s.login_role, s.bound_oid, s.role_oid, s.owner_now
         from donto.stale_logins() as s
         where s.role_oid is not null
               and (s.login_role = any(p_logins)
@@ -1361,8 +1372,7 @@ begin
                        and s.was_owner is not distinct from s.owner_now))
     ), adopted as (
         insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
-        select st.login_role, st.role_oid, donto._server_id(),
-               donto._owners_login(st.login_role), 'adopted'
+        select st.login_role, st.role_oid, donto._server_id(), st.owner_now, 'adopted'
         from stale as st order by st.login_role
     )
     select st.login_role, st.bound_oid, st.role_oid from stale as st order by st.login_role;
@@ -1442,6 +1452,7 @@ begin
         -- it (a row of donto.document_grant, on the record): a writer who registered the
         -- owner's IRI first, with any text, keeps nothing of it once the owner loads it.
         if donto._session_owns_schema()
+           and donto._document_login(v_doc) is distinct from session_user
            and not donto._owners_login(donto._document_login(v_doc)) then
             insert into donto.document_grant (document_id, login_role)
             values (v_doc, session_user);
@@ -2464,7 +2475,7 @@ $$;
 
 create or replace function donto._owners_login(p_login text)
 returns boolean
-language sql
+language plpgsql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
@@ -2474,17 +2485,18 @@ before its table recorded logins) or a role of this server that is a member of t
 of schema donto, while the name stands for that role here (donto._login_bound). A login
 that is no role here (dropped, renamed), or whose name stands for another role (a name
 given again, a restore onto another server, until adopted), is nobody's. Never null.
+(Membership first: the binding is read only for a member.)
 */
-    select p_login is null
-           or exists (
-               select 1 from pg_catalog.pg_roles as r
-               where r.rolname = p_login
-                     and donto._login_bound(p_login)
-                     and pg_catalog.pg_has_role(
-                         r.oid,
-                         (select n.nspowner from pg_catalog.pg_namespace as n
-                          where n.nspname = 'donto'),
-                         'MEMBER'));
+begin
+    return p_login is null
+           or (coalesce((select pg_catalog.pg_has_role(
+                                 r.oid,
+                                 (select n.nspowner from pg_catalog.pg_namespace as n
+                                  where n.nspname = 'donto'),
+                                 'MEMBER')
+                         from pg_catalog.pg_roles as r where r.rolname = p_login), false)
+               and donto._login_bound(p_login));
+end;
 $$;
 
 create or replace function donto._acts_for(p_login text)
@@ -5872,6 +5884,11 @@ which the owner's session must not vouch for.
 declare
     v_arm bigint := (donto._arm(p_arm, 'donto.ab_reuse_embeddings', true)).arm_id;
     v_n integer;
+    -- the owner's logins, asked once (donto._owners_login per row reads the binding)
+    v_owners text[] := array(
+        select r.rolname::text from pg_catalog.pg_roles as r
+        where donto._owners_login(r.rolname::text)
+    );
 begin
     perform pg_catalog.set_config('donto.embedding_copy', 'on', true);
     insert into donto.embedding (statement_id, model_id, embedding)
@@ -5884,8 +5901,9 @@ begin
            and o.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
     inner join donto.embedding as e on o.statement_id = e.statement_id and e.model_id = p_model_id
     where a.arm_id = v_arm
-          and (coalesce(e.login_role, o.login_role) = session_user
-               or donto._owners_login(coalesce(e.login_role, o.login_role)))
+          and (coalesce(e.login_role, o.login_role) is null
+               or coalesce(e.login_role, o.login_role) = session_user
+               or coalesce(e.login_role, o.login_role) = any(v_owners))
           and u.revision_id = any(p_revision_ids)
           and not exists (select 1 from donto.embedding as h
                           where h.statement_id = u.statement_id and h.model_id = p_model_id)

@@ -169,12 +169,15 @@ as $$
 The login of this session, checked and bound: refuse (donto._check_session_login, 42501) a
 login name that stands here for another role, and bind a name never seen to this
 session's role (donto.login_binding, 'first row'), the owner's too (its session is never
-refused, but a writer later given its name inherits nothing of it). Called before every
+refused, but a writer later given its name inherits nothing of it). The owner's session
+takes its own name back when the name stood for an owner's role before (after a restore
+onto another cluster), and records a login that became a member of the owner. Called before every
 insert of a writer's session into a donto table (donto._login_guard) and when any session
 adds to a document (donto._check_document_writer, donto.register_revision).
 */
 declare
     v_oid oid;
+    v_owner boolean;
 begin
     perform donto._check_session_login();
     if donto._login_oid(session_user) is null then
@@ -185,15 +188,23 @@ begin
         values (session_user, v_oid, donto._server_id(), donto._session_owns_schema(),
                 'first row')
         on conflict (login_role) where reason = 'first row' do nothing;
-    elsif donto._session_owns_schema() and donto._login_bound(session_user)
-          and not coalesce((select b.owner from donto.login_binding as b
-                            where b.login_role = session_user
-                            order by b.binding_id desc limit 1), false) then
-        -- A login that became a member of the owner since it was bound: on the record, so
-        -- that after a restore its name is not adopted for a writer without being named.
-        insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
-        select session_user, r.oid, donto._server_id(), true, 'owner'
-        from pg_catalog.pg_roles as r where r.rolname = session_user;
+    elsif donto._session_owns_schema() then
+        select b.owner into v_owner from donto.login_binding as b
+        where b.login_role = session_user order by b.binding_id desc limit 1;
+        if not donto._login_bound(session_user) and coalesce(v_owner, false) then
+            -- The owner's login name stood for an owner's role before (a restore onto
+            -- another cluster): the owner's session takes it back, as adopt_logins would.
+            insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+            select session_user, r.oid, donto._server_id(), true, 'adopted'
+            from pg_catalog.pg_roles as r where r.rolname = session_user;
+        elsif donto._login_bound(session_user) and not coalesce(v_owner, false) then
+            -- A login that became a member of the owner since it was bound: on the
+            -- record, so that after a restore its name is not adopted for a writer
+            -- without being named.
+            insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
+            select session_user, r.oid, donto._server_id(), true, 'owner'
+            from pg_catalog.pg_roles as r where r.rolname = session_user;
+        end if;
     end if;
     return session_user;
 end;
@@ -440,7 +451,7 @@ begin
     end if;
     return query
     with stale as (
-        select s.login_role, s.bound_oid, s.role_oid
+        select s.login_role, s.bound_oid, s.role_oid, s.owner_now
         from donto.stale_logins() as s
         where s.role_oid is not null
               and (s.login_role = any(p_logins)
@@ -448,8 +459,7 @@ begin
                        and s.was_owner is not distinct from s.owner_now))
     ), adopted as (
         insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
-        select st.login_role, st.role_oid, donto._server_id(),
-               donto._owners_login(st.login_role), 'adopted'
+        select st.login_role, st.role_oid, donto._server_id(), st.owner_now, 'adopted'
         from stale as st order by st.login_role
     )
     select st.login_role, st.bound_oid, st.role_oid from stale as st order by st.login_role;
@@ -529,6 +539,7 @@ begin
         -- it (a row of donto.document_grant, on the record): a writer who registered the
         -- owner's IRI first, with any text, keeps nothing of it once the owner loads it.
         if donto._session_owns_schema()
+           and donto._document_login(v_doc) is distinct from session_user
            and not donto._owners_login(donto._document_login(v_doc)) then
             insert into donto.document_grant (document_id, login_role)
             values (v_doc, session_user);

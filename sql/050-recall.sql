@@ -343,7 +343,7 @@ $$;
 
 create or replace function donto._owners_login(p_login text)
 returns boolean
-language sql
+language plpgsql
 stable
 set search_path to pg_catalog, pg_temp
 as $$
@@ -353,17 +353,18 @@ before its table recorded logins) or a role of this server that is a member of t
 of schema donto, while the name stands for that role here (donto._login_bound). A login
 that is no role here (dropped, renamed), or whose name stands for another role (a name
 given again, a restore onto another server, until adopted), is nobody's. Never null.
+(Membership first: the binding is read only for a member.)
 */
-    select p_login is null
-           or exists (
-               select 1 from pg_catalog.pg_roles as r
-               where r.rolname = p_login
-                     and donto._login_bound(p_login)
-                     and pg_catalog.pg_has_role(
-                         r.oid,
-                         (select n.nspowner from pg_catalog.pg_namespace as n
-                          where n.nspname = 'donto'),
-                         'MEMBER'));
+begin
+    return p_login is null
+           or (coalesce((select pg_catalog.pg_has_role(
+                                 r.oid,
+                                 (select n.nspowner from pg_catalog.pg_namespace as n
+                                  where n.nspname = 'donto'),
+                                 'MEMBER')
+                         from pg_catalog.pg_roles as r where r.rolname = p_login), false)
+               and donto._login_bound(p_login));
+end;
 $$;
 
 create or replace function donto._acts_for(p_login text)

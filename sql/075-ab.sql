@@ -541,6 +541,11 @@ which the owner's session must not vouch for.
 declare
     v_arm bigint := (donto._arm(p_arm, 'donto.ab_reuse_embeddings', true)).arm_id;
     v_n integer;
+    -- the owner's logins, asked once (donto._owners_login per row reads the binding)
+    v_owners text[] := array(
+        select r.rolname::text from pg_catalog.pg_roles as r
+        where donto._owners_login(r.rolname::text)
+    );
 begin
     perform pg_catalog.set_config('donto.embedding_copy', 'on', true);
     insert into donto.embedding (statement_id, model_id, embedding)
@@ -553,8 +558,9 @@ begin
            and o.predicate in ('mem:episodic/chunk', 'mem:measure/unit')
     inner join donto.embedding as e on o.statement_id = e.statement_id and e.model_id = p_model_id
     where a.arm_id = v_arm
-          and (coalesce(e.login_role, o.login_role) = session_user
-               or donto._owners_login(coalesce(e.login_role, o.login_role)))
+          and (coalesce(e.login_role, o.login_role) is null
+               or coalesce(e.login_role, o.login_role) = session_user
+               or coalesce(e.login_role, o.login_role) = any(v_owners))
           and u.revision_id = any(p_revision_ids)
           and not exists (select 1 from donto.embedding as h
                           where h.statement_id = u.statement_id and h.model_id = p_model_id)

@@ -330,3 +330,41 @@ def test_an_admins_measurements_and_a_promotion_are_on_the_record(db, logins):
                       "'donto._trigger_every_table(text, text, text, text[])', 'execute')"
                       ).fetchone() == (False,)
     db.commit()
+
+
+def restored_from_elsewhere(db, login: str, owner: bool) -> None:
+    """LOGIN's binding as a dump of another cluster (same OID) brings it."""
+    db.execute("insert into donto.login_binding (login_role, role_oid, server_id, owner, "
+               "reason) select %s, oid, donto._server_id() + 1, %s, 'adopted' from pg_roles "
+               "where rolname = %s", (login, owner, login))
+    db.commit()
+
+
+def test_after_a_restore_the_owner_takes_back_its_own_name(db, logins):
+    me = db.info.user
+    loaded(db, "doc:bind/mine")
+    admin, as_admin = logins(me)
+    loaded(as_admin(), "doc:bind/admins", BODY.replace("Berlin", "Accra"))
+    restored_from_elsewhere(db, me, True)
+    restored_from_elsewhere(db, admin, True)
+    assert [r[0] for r in db.execute("select login_role from donto.stale_logins()")] \
+        == sorted([me, admin])
+    db.commit()
+    # migrate (the owner's session) takes back the owner's own name, and names the admin
+    r = run_cli(db, "migrate")
+    assert r.returncode == 0 and f"login name(s) {admin} stand here" in r.stderr, r.stderr
+    assert [r[0] for r in db.execute("select login_role from donto.stale_logins()")] \
+        == [admin]
+    db.commit()
+    # a longer text of its own document: the owner does not "take" what is its own
+    db.execute("select donto.register_revision('doc:bind/mine', %s)", (BODY + "more\n",))
+    assert db.execute("select count(*) from donto.document_grant join donto.document "
+                      "using (document_id) where iri = 'doc:bind/mine'").fetchone() == (0,)
+    db.commit()
+    # an admin adopted as an admin is recorded as one
+    assert db.execute("select adopted_login from donto.adopt_logins()").fetchall() \
+        == [(admin,)]
+    assert db.execute("select reason, owner from donto.login_binding where login_role = %s "
+                      "order by binding_id desc limit 1", (admin,)).fetchone() \
+        == ("adopted", True)
+    db.commit()
