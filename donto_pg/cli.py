@@ -193,15 +193,7 @@ def migrate(
             typer.echo("warning: every role may CREATE in schema public, which the donto "
                        "definers search (for pgvector): run `revoke create on schema public "
                        "from public` (README, Security model)", err=True)
-        # the owner's own login name, if it stood for an owner's role before, is its own
-        conn.execute("select donto._session_login()")
-        conn.commit()
-        stale = [name + (f" (renamed to {renamed})" if renamed else "")
-                 + (" (its standing changed: the owner's login then and a writer's now, or "
-                    "the reverse, or unknown)" if changed else "")
-                 for name, renamed, changed in conn.execute(
-                     "select login_role, renamed_to, was_owner is distinct from owner_now "
-                     "from donto.stale_logins() where role_oid is not null")]
+        stale = mig.stale_logins(conn)
         if stale:
             typer.echo(f"warning: login name(s) {', '.join(stale)} stand here for roles that "
                        "no longer have them (dropped and made again, renamed, a restore onto "

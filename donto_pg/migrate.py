@@ -213,3 +213,19 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
     except BaseException:
         conn.rollback()
         raise
+
+
+def stale_logins(conn: psycopg.Connection) -> list[str]:
+    """After a migrate, as the owner: take back this login's own name if it stood for an
+    owner's role before (``donto._session_login``; a restore onto another cluster), then
+    describe the login names that stand for roles which no longer have them and that a
+    role has now (``donto.stale_logins``), for the owner to check and adopt."""
+    conn.execute("select donto._session_login()")
+    conn.commit()
+    rows = conn.execute("select login_role, renamed_to, was_owner is distinct from owner_now "
+                        "from donto.stale_logins() where role_oid is not null").fetchall()
+    conn.commit()
+    return [name + (f" (renamed to {renamed})" if renamed else "")
+            + (" (its standing changed: the owner's login then and a writer's now, or the "
+               "reverse, or unknown)" if changed else "")
+            for name, renamed, changed in rows]
