@@ -16,8 +16,8 @@ recall keys by vector and by words (``donto._recall_keys``), and every standing 
 force with the cosine of its vector and of its condition's; plus the context's chunks and
 turns. ``sweep`` fuses them as ``donto.recall_by_vector`` does (exchange folding, the four
 weighted RRF terms, tier 1, overlaps, ties to the later valid time, the standing block, the
-origin rows, the turn blocks) and prints hit@1/5/10 per ability, hit@k defined as in
-``donto_pg.evaluate`` (over places: the standing block, and each turn block, is one).
+origin rows, the turn blocks, the session heads) and prints hit@1/5/10 per ability, hit@k
+defined as in ``donto_pg.evaluate`` (over places: the standing block, and each turn block, is one).
 ``check`` asks ``donto.recall`` with the defaults and says whether every first-hit rank
 agrees: run it after any change to ``donto.recall_by_vector``. The replica covers contexts searched
 exactly (at most ``recall_exact_max``, 10,000 chunks); HNSW contexts are approximate.
@@ -53,6 +53,8 @@ DEFAULTS: dict[str, float | str] = {
     "recall_turns_pattern": r"(\mi (first |ever )?(brought up|mentioned|raised)\M|order in which"
                             r"|\min order\M)",
     "recall_turns_chars": 1200, "recall_turns_pool": 60,
+    "recall_head_weight": 2.0, "recall_head_share": 0.2, "recall_head_min_chunks": 1000,
+    "recall_head_pattern": r"(summar|recap|overview|\msum up\M)",
 }
 ABILITIES = ("contradiction_resolution", "event_ordering", "information_extraction",
              "instruction_following", "knowledge_update", "multi_session_reasoning",
@@ -77,6 +79,10 @@ inner join donto.projection as p on p.projection_id = m.projection_id
 inner join donto.statement as s on s.statement_id = m.statement_id
 where p.kind = 'recall' and p.context_id = %s
 order by m.char_start
+"""
+_SESSIONS = """
+select t.session, pg_catalog.min(t.header_start), pg_catalog.max(t.char_end) from donto.turn as t
+where t.revision_id = %s and t.session is not null group by t.session order by 2
 """
 _VECTOR = """
 select e.statement_id from donto.embedding as e
@@ -112,7 +118,8 @@ def dump(conn, conversations: Iterable[str], pool: int = 400) -> dict:
         users = [list(r) for r in conn.execute(
             "select header_start, char_end from donto.turn "
             "where revision_id = %s and role = 'user' order by header_start", (rev,)).fetchall()]
-        out["contexts"][conv] = {"chunks": chunks, "user_turns": users,
+        sessions = [list(r) for r in conn.execute(_SESSIONS, (rev,)).fetchall()]
+        out["contexts"][conv] = {"chunks": chunks, "user_turns": users, "sessions": sessions,
                                  "keys": conn.execute(
                                      "select count(*) from donto.x_turn_key as k "
                                      "join donto.projection as p using (projection_id) "
@@ -140,8 +147,10 @@ def dump(conn, conversations: Iterable[str], pool: int = 400) -> dict:
 
 
 class Context:
-    """A dumped context: its chunks by id, its user turns' spans, and each chunk's
-    exchange (the chunk holding the latest user turn that starts before the chunk ends)."""
+    """A dumped context: its chunks by id, its user turns' spans, each chunk's exchange
+    (the chunk holding the latest user turn that starts before the chunk ends), and where
+    that user turn lies in its session (0: its start, 1: its end; sql/050's
+    donto._session_head)."""
 
     def __init__(self, raw: dict) -> None:
         chunks = raw["chunks"]
@@ -156,6 +165,15 @@ class Context:
             i = bisect.bisect_left(users, end) - 1
             j = bisect.bisect_right(starts, users[i]) - 1 if i >= 0 else -1
             self.unit[sid] = chunks[j][0] if j >= 0 else sid
+        sessions = raw.get("sessions") or []
+        firsts = [x[1] for x in sessions]
+        self.place: dict[int, float] = {}
+        for sid, _start, end, _upper, _lower in chunks:
+            i = bisect.bisect_left(users, end) - 1
+            j = bisect.bisect_right(firsts, users[i]) - 1 if i >= 0 else -1
+            if len(sessions) > 1 and j >= 0:
+                a, b = sessions[j][1], sessions[j][2]
+                self.place[sid] = (users[i] - a) / (b - a)
 
 
 def _later_first(valid: str | None) -> tuple:
@@ -197,11 +215,16 @@ def fuse(q: dict, ctx: Context, s: dict, k: int = 10) -> list[list[tuple[int, in
                                            if v[i] is not None), 1):
             ranked[u][i] = r
 
-    def score(ranks: list) -> float:
-        return round(sum(wi / (rrf_k + r) for wi, r in zip(w, ranks, strict=True)
-                         if r is not None and wi), 9)
+    heads = (s["recall_head_weight"] > 0 and s["recall_head_share"] > 0
+             and ctx.n >= s["recall_head_min_chunks"]
+             and re.search(_python_re(s["recall_head_pattern"]), q["question"], re.I) is not None)
 
-    rows = [(0, score(r), u) for u, r in ranked.items()]
+    def score(ranks: list, unit: int | None = None) -> float:
+        head = heads and unit is not None and ctx.place.get(unit, 1) < s["recall_head_share"]
+        return round(sum(wi / (rrf_k + r) for wi, r in zip(w, ranks, strict=True)
+                         if r is not None and wi) * (1 + s["recall_head_weight"] if head else 1), 9)
+
+    rows = [(0, score(r, u), u) for u, r in ranked.items()]
     if fold:
         rows += [(1, score(c), sid) for sid, c in cand.items()]
     rows.sort(key=lambda t: (t[0], -t[1], _later_first(ctx.by_id[t[2]][3]), -t[2]))

@@ -1366,6 +1366,17 @@ $$;
 
 insert into donto.migration (name, sha256) values ('029-login-binding.sql', '992f257c3117e7fd37b0864355566da40d6ef0dc2efdefe83a04e657d3ecb122');
 
+-- migrations/030-session-head-index.sql
+-- 030: where a session begins and ends, by index. donto.recall's session heads (sql/050)
+-- ask, for an exchange among a summary question's candidates, where its session starts
+-- (its first turn) and ends (its last): two probes of this index each, instead of a scan
+-- of every turn of the revision.
+
+create index turn_session_header_idx on donto.turn (revision_id, session, header_start);
+
+
+insert into donto.migration (name, sha256) values ('030-session-head-index.sql', 'efa6bab55a3c4397709acb0f456a3659131615e03f03f7c175cec1cf56366039');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -3667,6 +3678,53 @@ comment on function donto._recall_lexical(text, bigint, timestamptz, integer) is
 'Lexical arm of donto.recall: BM25-like (idf x saturating ts_rank, user words weighted up), '
 'exact up to 10,000 chunks, budgeted above.';
 
+create or replace function donto._session_head(p_statement_id bigint, p_share double precision)
+returns boolean
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether the exchange of chunk P_STATEMENT_ID opens its session: its user turn (the
+   latest one starting before the chunk ends) starts within the first P_SHARE of the
+   session's characters (from its first turn's header to its last turn's end). False
+   when the turn has no session, or when the session is the revision's only one. */
+    select coalesce((
+        select (ut.header_start - s0.header_start)
+               < p_share * (s1.char_end - s0.header_start)
+        from donto.x_memory_record as m
+        cross join lateral (
+            select t.header_start, t.session from donto.turn as t
+            where t.revision_id = m.revision_id and t.role = 'user'
+                  and t.header_start < m.char_end
+            order by t.header_start desc
+            limit 1
+        ) as ut
+        cross join lateral (
+            select t.header_start from donto.turn as t
+            where t.revision_id = m.revision_id and t.session = ut.session
+            order by t.header_start
+            limit 1
+        ) as s0
+        cross join lateral (
+            select t.char_end from donto.turn as t
+            where t.revision_id = m.revision_id and t.session = ut.session
+            order by t.header_start desc
+            limit 1
+        ) as s1
+        where m.statement_id = p_statement_id
+              and (exists (select 1 from donto.turn as t
+                           where t.revision_id = m.revision_id and t.session < ut.session)
+                   or exists (select 1 from donto.turn as t
+                              where t.revision_id = m.revision_id and t.session > ut.session))
+        limit 1
+    ), false);
+$$;
+
+comment on function donto._session_head(bigint, double precision) is
+'Whether a chunk''s exchange opens its session (its user turn within the first SHARE of the '
+'session''s characters); donto.recall''s session heads.';
+
 create or replace function donto.recall_by_vector(
     embedding vector,
     query text default null,
@@ -3747,6 +3805,16 @@ score and ranks; its span and text are the turn's (donto.span_text of the
 revision). Chunk rows past the turns pool follow as usual. PLACE numbers the
 places 1 .. k on every row (the rows of one block share it).
 
+Session heads (ARMS 'hybrid' only): a summary query (it matches
+donto.recall_head_pattern, case-insensitive: "summar", "recap", "overview",
+"sum up") over at least donto.recall_head_min_chunks searched chunks (default
+1,000) multiplies the fused score of an exchange that opens its session by 1 +
+donto.recall_head_weight (default 2; 0: off): its user turn starts within the
+first donto.recall_head_share (default 0.2) of its session's characters
+(donto._session_head; never when the revision has one session or none). The
+scores returned are these; a larger k still only reads further down the same
+ranking.
+
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
 that starts before the chunk ends and the reply after it, and is replaced by
@@ -3822,6 +3890,12 @@ declare
         '(summar|overview|recap|chronolog|timeline|\min order\M|order in which|over time'
         '|(throughout|across) (all )?(of )?our|evolved|developed|progressed)');
     v_origins boolean;
+    v_head_weight double precision := donto._recall_setting('recall_head_weight', '2')::float8;
+    v_head_share double precision := donto._recall_setting('recall_head_share', '0.2')::float8;
+    v_head_min integer := donto._recall_setting('recall_head_min_chunks', '1000')::integer;
+    v_head_pattern text := donto._recall_setting('recall_head_pattern',
+        '(summar|recap|overview|\msum up\M)');
+    v_heads boolean;
     v_turns_pattern text := donto._recall_setting('recall_turns_pattern',
         '(\mi (first |ever )?(brought up|mentioned|raised)\M|order in which|\min order\M)');
     v_turns_chars integer := donto._recall_setting('recall_turns_chars', '1200')::integer;
@@ -3868,6 +3942,11 @@ begin
     if v_origin_slots < 0 or v_origin_pool < 1 then
         raise exception 'donto.recall: settings donto.recall_origin_slots must be >= 0 and '
             'donto.recall_origin_pool >= 1, not % and %', v_origin_slots, v_origin_pool
+            using errcode = '22023';
+    end if;
+    if v_head_weight < 0 or v_head_share < 0 or v_head_share > 1 then
+        raise exception 'donto.recall: settings donto.recall_head_weight must be >= 0 and '
+            'donto.recall_head_share between 0 and 1, not % and %', v_head_weight, v_head_share
             using errcode = '22023';
     end if;
     if v_turns_chars < 0 or v_turns_pool < 0 then
@@ -4030,6 +4109,10 @@ begin
     if v_turns then
         v_need := greatest(v_need, 1 + v_turns_pool + k);
     end if;
+    -- Session heads (hybrid only): a summary query over a long conversation
+    -- weighs up the exchanges that open their sessions.
+    v_heads := arms = 'hybrid' and v_head_weight > 0 and v_head_share > 0
+               and v_n >= v_head_min and query is not null and query ~* v_head_pattern;
 
     for r in
         with cand as (
@@ -4128,10 +4211,13 @@ begin
                 t.tier, t.unit_id,
                 least(t.vr, t.kvr) as vr,
                 least(t.lr, t.klr) as lr,
-                (coalesce(v_w_vec / (v_rrf_k + t.vr), 0)
-                 + coalesce(v_w_lex / (v_rrf_k + t.lr), 0)
-                 + coalesce(v_w_kvec / (v_rrf_k + t.kvr), 0)
-                 + coalesce(v_w_klex / (v_rrf_k + t.klr), 0))::float8 as score
+                ((coalesce(v_w_vec / (v_rrf_k + t.vr), 0)
+                  + coalesce(v_w_lex / (v_rrf_k + t.lr), 0)
+                  + coalesce(v_w_kvec / (v_rrf_k + t.kvr), 0)
+                  + coalesce(v_w_klex / (v_rrf_k + t.klr), 0))
+                 * case when not v_heads or t.tier <> 0 then 1
+                        when donto._session_head(t.unit_id, v_head_share)
+                        then 1 + v_head_weight else 1 end)::float8 as score
             from (
                 select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr, ranked.kvr, ranked.klr
                 from ranked

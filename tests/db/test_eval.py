@@ -322,7 +322,8 @@ def test_the_offline_sweep_fuses_as_recall_does(edb):
     assert sweep.check(edb, data) == []
     other = {"recall_key_lexical_weight": 0, "recall_standing_slots": 2,
              "recall_standing_condition_weight": 0, "recall_rrf_k": 60,
-             "recall_origin_slots": 1, "recall_origin_pool": 12}
+             "recall_origin_slots": 1, "recall_origin_pool": 12,
+             "recall_head_min_chunks": 0, "recall_head_share": 0.3}
     assert sweep.check(edb, data, other) == []
     a = sweep.evaluate(data, {})["first_hit"]
     b = sweep.evaluate(data, other)["first_hit"]

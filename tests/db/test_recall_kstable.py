@@ -25,7 +25,7 @@ QUERIES = [
     "ignore previous instructions",
     "winter",
     "What order did these events happen in?",
-    "Can you summarize how my reading plans developed over time?",  # origin rows
+    "Can you summarize how my reading plans developed over time?",  # origin rows, heads
     "Walk me through, in order, the series I mentioned throughout our conversations.",
     "Can you list the order in which I brought up different books?",
 ]
@@ -51,13 +51,16 @@ def _recall(conn, q: str, k: int, arms: str) -> list[tuple]:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(q=st.sampled_from(QUERIES), k1=st.integers(1, 40), extra=st.integers(1, 40),
        arms=st.sampled_from(["hybrid", "vector", "lexical"]),
-       pool_min=st.sampled_from(["100", "45"]), origin_pool=st.sampled_from(["30", "5"]))
+       pool_min=st.sampled_from(["100", "45"]), origin_pool=st.sampled_from(["30", "5"]),
+       head_min=st.sampled_from(["1000", "0"]))
 def test_first_k_rows_do_not_depend_on_a_larger_k(kdb, q, k1, extra, arms, pool_min,
-                                                  origin_pool) -> None:
+                                                  origin_pool, head_min) -> None:
     # pool_min 45: a pool smaller than the context (about 100 chunks); k stays within it.
     # origin_pool 5: k on either side of the rows the origin rows are chosen from.
     kdb.execute("select set_config('donto.recall_pool_min', %s, false)", (pool_min,))
     kdb.execute("select set_config('donto.recall_origin_pool', %s, false)", (origin_pool,))
+    # head_min 0: session heads weigh in on this small context too (the summary query).
+    kdb.execute("select set_config('donto.recall_head_min_chunks', %s, false)", (head_min,))
     k2 = min(k1 + extra, int(pool_min))
     k1 = min(k1, k2)
     small = places(_recall(kdb, q, k1, arms))

@@ -3,7 +3,9 @@
 of recall's top exchanges, right after its best row (donto.recall_origin_slots and
 donto.recall_origin_pool; the question is recognised by donto.recall_origin_pattern). Turn
 blocks: a question about what the user brought up gets the user's own turns, several to a
-place (donto.recall_turns_pattern, donto.recall_turns_chars, donto.recall_turns_pool)."""
+place (donto.recall_turns_pattern, donto.recall_turns_chars, donto.recall_turns_pool). Session
+heads: a summary question weighs up the exchanges that open their sessions
+(donto.recall_head_pattern, _weight, _share, _min_chunks)."""
 
 from __future__ import annotations
 
@@ -90,6 +92,85 @@ def test_other_questions_are_untouched(odb) -> None:
 def test_bad_origin_settings_are_refused(odb, name, value) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="recall_origin"):
         _rows(odb, HISTORY, 10, **{name: value})
+    odb.rollback()
+
+
+# --- session heads: a summary question weighs up the exchanges that open their sessions ------
+
+SUMMARY = "Can you summarize how my reading budget and book purchases developed?"
+ISOLATED = {"recall_standing_slots": 0, "recall_origin_slots": 0}  # chunk rows only
+
+
+def _scored(conn, q: str, k: int, **settings) -> list[tuple]:
+    return [(r[0], r[3]) for r in _rows(conn, q, k, **settings)]
+
+
+def _opens_its_session(conn, statement_id: int, share: float) -> bool:
+    """The rule of donto._session_head, from the turns themselves."""
+    rev, end = conn.execute("select revision_id, char_end from donto.x_memory_record "
+                            "where statement_id = %s", (statement_id,)).fetchone()
+    turns = conn.execute("select role, session, header_start, char_end from donto.turn "
+                         "where revision_id = %s order by header_start", (rev,)).fetchall()
+    user = [t for t in turns if t[0] == "user" and t[2] < end][-1]
+    own = [t for t in turns if t[1] == user[1]]
+    first, last = own[0][2], own[-1][3]
+    return len({t[1] for t in turns}) > 1 and user[2] - first < share * (last - first)
+
+
+def _weighed(plain: list[tuple], weighed: list[tuple], heads: set[int], factor: float) -> bool:
+    """Whether each row of both has its plain score times FACTOR when it opens its session,
+    else its plain score (rows below the plain top move in; the rows in common are checked)."""
+    before, after = dict(plain), dict(weighed)
+    common = before.keys() & after.keys()
+    assert len(common) >= len(weighed) // 2
+    return {sid: round(after[sid], 9) for sid in common} == {
+        sid: round(before[sid] * (factor if sid in heads else 1), 9) for sid in common}
+
+
+def test_a_summary_question_weighs_up_the_exchanges_that_open_their_sessions(odb) -> None:
+    # The fixture is three sessions of ~100 chunks: below recall_head_min_chunks (1,000), so
+    # nothing changes at the defaults ...
+    plain = _scored(odb, SUMMARY, 60, recall_head_weight=0, **ISOLATED)
+    assert _scored(odb, SUMMARY, 60, **ISOLATED) == plain
+    # ... and with the gate at 0 every exchange that opens its session scores 1 + 2 times
+    # its fused score, the others as before, and the order follows the new scores.
+    heads = {sid for sid, _ in plain if _opens_its_session(odb, sid, 0.2)}
+    assert 0 < len(heads) < len(plain)
+    weighed = _scored(odb, SUMMARY, 60, recall_head_min_chunks=0, **ISOLATED)
+    assert _weighed(plain, weighed, heads, 3)
+    assert [score for _, score in weighed] == sorted((score for _, score in weighed),
+                                                     reverse=True)
+    top = [sid for sid, _ in weighed[:10]]
+    assert top != [sid for sid, _ in plain[:10]]  # the point: heads moved into the top 10
+    assert sum(sid in heads for sid in top) > sum(sid in heads for sid, _ in plain[:10])
+    # The share and the weight are settings; weight 0 is off.
+    wider = _scored(odb, SUMMARY, 60, recall_head_min_chunks=0, recall_head_share=0.5,
+                    recall_head_weight=1, **ISOLATED)
+    half = {sid for sid, _ in plain if _opens_its_session(odb, sid, 0.5)}
+    assert half > heads
+    assert _weighed(plain, wider, half, 2)
+
+
+def test_a_reader_gets_the_same_session_heads(odb) -> None:
+    owner = _scored(odb, SUMMARY, 20, recall_head_min_chunks=0, **ISOLATED)
+    assert owner != _scored(odb, SUMMARY, 20, recall_head_weight=0, **ISOLATED)
+    odb.execute("set local role donto_reader")  # _rows rolls it back
+    assert _scored(odb, SUMMARY, 20, recall_head_min_chunks=0, **ISOLATED) == owner
+
+
+def test_session_heads_leave_other_questions_and_arms_alone(odb) -> None:
+    for q in (PLAIN, "How did my reading budget and book purchases evolve over time?"):
+        assert _rows(odb, q, 15, recall_head_min_chunks=0) == _rows(odb, q, 15)
+    for arms in ("vector", "lexical"):
+        assert _rows(odb, SUMMARY, 15, arms, recall_head_min_chunks=0) \
+            == _rows(odb, SUMMARY, 15, arms)
+
+
+@pytest.mark.parametrize("name, value", [("recall_head_weight", "-1"),
+                                         ("recall_head_share", "1.5")])
+def test_bad_head_settings_are_refused(odb, name, value) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="recall_head"):
+        _rows(odb, SUMMARY, 10, **{name: value})
     odb.rollback()
 
 
