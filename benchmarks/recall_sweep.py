@@ -13,11 +13,13 @@ question and fuses offline:
 ``--pool`` (400) candidates of each arm as ``donto.recall_by_vector`` computes them in the
 question's context: chunk vectors (exact cosine), chunk words (``donto._recall_lexical``),
 recall keys by vector and by words (``donto._recall_keys``), and every standing statement in
-force with the cosine of its vector and of its condition's; plus the context's chunks and
-turns. ``sweep`` fuses them as ``donto.recall_by_vector`` does (exchange folding, the four
-weighted RRF terms, tier 1, overlaps, ties to the later valid time, the standing block, the
-origin rows, the turn blocks, the session heads) and prints hit@1/5/10 per ability, hit@k
-defined as in ``donto_pg.evaluate`` (over places: the standing block, and each turn block, is one).
+force with the cosine of its vector and of its condition's; plus the context's live chunks
+(not retracted) and the turns of the latest revision (a conversation that grew by appending:
+the revision it grew to). ``sweep`` fuses them as ``donto.recall_by_vector`` does (exchange
+folding, the four weighted RRF terms, tier 1, overlaps, ties to the later valid time, the
+standing block, the origin rows, the turn blocks, the session heads) and prints hit@1/5/10
+per ability, hit@k defined as in ``donto_pg.evaluate`` (over places: the standing block, and
+each turn block, is one).
 ``check`` asks ``donto.recall`` with the defaults and says whether every first-hit rank
 agrees: run it after any change to ``donto.recall_by_vector``. The replica covers contexts searched
 exactly (at most ``recall_exact_max``, 10,000 chunks); HNSW contexts are approximate.
@@ -78,7 +80,16 @@ from donto.x_memory_record as m
 inner join donto.projection as p on p.projection_id = m.projection_id
 inner join donto.statement as s on s.statement_id = m.statement_id
 where p.kind = 'recall' and p.context_id = %s
+      and not exists (select 1 from donto.retraction as rt where rt.statement_id = m.statement_id)
 order by m.char_start
+"""
+# The revision whose turns the context's chunks are placed in: the latest its projection grew
+# to (a conversation loaded whole: the chunks' own).
+_LATEST = """
+select coalesce((select pe.revision_id from donto.projection_extension as pe
+                 where pe.projection_id = m.projection_id
+                 order by pe.created_at desc, pe.revision_id desc limit 1), m.revision_id)
+from donto.x_memory_record as m where m.statement_id = %s
 """
 _SESSIONS = """
 select t.session, pg_catalog.min(t.header_start), pg_catalog.max(t.char_end) from donto.turn as t
@@ -87,6 +98,7 @@ where t.revision_id = %s and t.session is not null group by t.session order by 2
 _VECTOR = """
 select e.statement_id from donto.embedding as e
 where e.model_id = %(model)s and e.context_id = %(ctx)s
+      and not exists (select 1 from donto.retraction as rt where rt.statement_id = e.statement_id)
 order by (e.embedding <=> %(q)s::vector), e.statement_id limit %(pool)s
 """
 _STANDING = """
@@ -113,8 +125,7 @@ def dump(conn, conversations: Iterable[str], pool: int = 400) -> dict:
             raise SystemExit(f"recall_sweep: {conv} is not loaded")
         ctx = ctx[0]
         chunks = conn.execute(_CHUNKS, (ctx,)).fetchall()
-        rev = conn.execute("select revision_id from donto.x_memory_record "
-                           "where statement_id = %s", (chunks[0][0],)).fetchone()[0]
+        rev = conn.execute(_LATEST, (chunks[0][0],)).fetchone()[0]
         users = [list(r) for r in conn.execute(
             "select header_start, char_end from donto.turn "
             "where revision_id = %s and role = 'user' order by header_start", (rev,)).fetchall()]
@@ -150,7 +161,7 @@ class Context:
     """A dumped context: its chunks by id, its user turns' spans, each chunk's exchange
     (the chunk holding the latest user turn that starts before the chunk ends), and where
     that user turn lies in its session (0: its start, 1: its end; sql/050's
-    donto._session_head)."""
+    donto._opens_session)."""
 
     def __init__(self, raw: dict) -> None:
         chunks = raw["chunks"]

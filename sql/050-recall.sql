@@ -1010,7 +1010,9 @@ comment on function donto._recall_lexical(text, bigint, timestamptz, integer) is
 'Lexical arm of donto.recall: BM25-like (idf x saturating ts_rank, user words weighted up), '
 'exact up to 10,000 chunks, budgeted above.';
 
-create or replace function donto._session_head(p_statement_id bigint, p_share double precision)
+create or replace function donto._opens_session(
+    p_statement_id bigint, p_share double precision, p_as_of timestamptz default null
+)
 returns boolean
 language sql
 stable
@@ -1019,43 +1021,55 @@ set search_path to pg_catalog, pg_temp
 as $$
 /* Whether the exchange of chunk P_STATEMENT_ID opens its session: its user turn (the
    latest one starting before the chunk ends) starts within the first P_SHARE of the
-   session's characters (from its first turn's header to its last turn's end). False
-   when the turn has no session, or when the session is the revision's only one. */
+   session's characters (from its first turn's header to its last turn's end). The turns
+   are those of the latest revision the chunk's projection had grown to by P_AS_OF (now
+   when null): a chunk kept from an earlier revision of a conversation that grew is placed
+   in the sessions of the whole text known then, as a load of that text would place it.
+   False when the turn has no session, or when the session is the revision's only one. */
     select coalesce((
         select (ut.header_start - s0.header_start)
                < p_share * (s1.char_end - s0.header_start)
         from donto.x_memory_record as m
         cross join lateral (
+            select coalesce((
+                select pe.revision_id from donto.projection_extension as pe
+                where pe.projection_id = m.projection_id
+                      and (p_as_of is null or pe.created_at <= p_as_of)
+                order by pe.created_at desc, pe.revision_id desc
+                limit 1
+            ), m.revision_id) as revision_id
+        ) as rv
+        cross join lateral (
             select t.header_start, t.session from donto.turn as t
-            where t.revision_id = m.revision_id and t.role = 'user'
+            where t.revision_id = rv.revision_id and t.role = 'user'
                   and t.header_start < m.char_end
             order by t.header_start desc
             limit 1
         ) as ut
         cross join lateral (
             select t.header_start from donto.turn as t
-            where t.revision_id = m.revision_id and t.session = ut.session
+            where t.revision_id = rv.revision_id and t.session = ut.session
             order by t.header_start
             limit 1
         ) as s0
         cross join lateral (
             select t.char_end from donto.turn as t
-            where t.revision_id = m.revision_id and t.session = ut.session
+            where t.revision_id = rv.revision_id and t.session = ut.session
             order by t.header_start desc
             limit 1
         ) as s1
         where m.statement_id = p_statement_id
               and (exists (select 1 from donto.turn as t
-                           where t.revision_id = m.revision_id and t.session < ut.session)
+                           where t.revision_id = rv.revision_id and t.session < ut.session)
                    or exists (select 1 from donto.turn as t
-                              where t.revision_id = m.revision_id and t.session > ut.session))
+                              where t.revision_id = rv.revision_id and t.session > ut.session))
         limit 1
     ), false);
 $$;
 
-comment on function donto._session_head(bigint, double precision) is
+comment on function donto._opens_session(bigint, double precision, timestamptz) is
 'Whether a chunk''s exchange opens its session (its user turn within the first SHARE of the '
-'session''s characters); donto.recall''s session heads.';
+'session''s characters, in the text known at AS_OF); donto.recall''s session heads.';
 
 create or replace function donto.recall_by_vector(
     embedding vector,
@@ -1143,9 +1157,11 @@ donto.recall_head_pattern, case-insensitive: "summar", "recap", "overview",
 1,000) multiplies the fused score of an exchange that opens its session by 1 +
 donto.recall_head_weight (default 2; 0: off): its user turn starts within the
 first donto.recall_head_share (default 0.2) of its session's characters
-(donto._session_head; never when the revision has one session or none). The
-scores returned are these; a larger k still only reads further down the same
-ranking.
+(donto._opens_session, in the whole text known at AS_OF, however the
+conversation grew; never when the revision has one session or none). The
+searched chunks are those known at AS_OF, in every context searched (all of
+them when CONTEXT is null). The scores returned are these; a larger k still
+only reads further down the same ranking.
 
 Exchange folding (setting donto.recall_unit = 'exchange', the default; 'chunk'
 turns it off): a candidate chunk stands for its exchange, the latest user turn
@@ -1276,9 +1292,12 @@ begin
             'donto.recall_origin_pool >= 1, not % and %', v_origin_slots, v_origin_pool
             using errcode = '22023';
     end if;
-    if v_head_weight < 0 or v_head_share < 0 or v_head_share > 1 then
-        raise exception 'donto.recall: settings donto.recall_head_weight must be >= 0 and '
-            'donto.recall_head_share between 0 and 1, not % and %', v_head_weight, v_head_share
+    -- (NaN compares above every number in PostgreSQL: "not (... < infinity)" refuses it.)
+    if not (v_head_weight >= 0 and v_head_weight < 'infinity'::float8)
+       or not (v_head_share >= 0 and v_head_share <= 1) or v_head_min < 0 then
+        raise exception 'donto.recall: settings donto.recall_head_weight must be a number '
+            '>= 0, donto.recall_head_share between 0 and 1 and donto.recall_head_min_chunks '
+            '>= 0, not %, % and %', v_head_weight, v_head_share, v_head_min
             using errcode = '22023';
     end if;
     if v_turns_chars < 0 or v_turns_pool < 0 then
@@ -1305,17 +1324,32 @@ begin
                 vector_dims(embedding), v_dim using errcode = '22023';
         end if;
     end if;
-    -- How many chunks are searched (from the projections' chunk counts: an index
-    -- probe each; a projection a changed conversation superseded by AS_OF counts for
-    -- nothing). Few: an exact scan. Many: HNSW, with iterative scans so that
-    -- filtering never returns fewer than k rows, and a smaller default pool.
+    -- How many chunks are searched, as known at AS_OF (from the projections' chunk
+    -- counts: a few index probes each): a projection's live chunks when it last grew
+    -- by then (donto.projection_extension: windows cut again are not counted), else
+    -- its first revision's; a projection made after AS_OF, or that a changed
+    -- conversation superseded by then, counts for nothing. Few: an exact scan. Many:
+    -- HNSW, with iterative scans so that filtering never returns fewer than k rows,
+    -- and a smaller default pool.
     select coalesce(pg_catalog.sum(x.n), 0) into v_n
     from donto.projection as p
     cross join lateral (
-        select pg_catalog.max(m.chunk_index) + 1 as n
-        from donto.x_memory_record as m where m.projection_id = p.projection_id
+        select coalesce(
+            (select pe.reused_chunks + pe.new_chunks from donto.projection_extension as pe
+             where pe.projection_id = p.projection_id
+                   and (as_of is null or pe.created_at <= as_of)
+             order by pe.created_at desc, pe.revision_id desc
+             limit 1),
+            (select pe.first_chunk_index from donto.projection_extension as pe
+             where pe.projection_id = p.projection_id
+             order by pe.created_at, pe.revision_id
+             limit 1),
+            (select pg_catalog.max(m.chunk_index) + 1
+             from donto.x_memory_record as m where m.projection_id = p.projection_id)
+        ) as n
     ) as x
     where p.kind = 'recall' and (v_ctx is null or p.context_id = v_ctx)
+          and (as_of is null or p.created_at <= as_of)
           and not exists (
               select 1 from donto.projection_superseded as ps
               where ps.projection_id = p.projection_id
@@ -1443,8 +1477,14 @@ begin
     end if;
     -- Session heads (hybrid only): a summary query over a long conversation
     -- weighs up the exchanges that open their sessions.
+    -- (The pattern is matched whatever the context's size, so that a bad one fails on
+    -- every call it could apply to, as the origin and turns patterns do.)
     v_heads := arms = 'hybrid' and v_head_weight > 0 and v_head_share > 0
-               and v_n >= v_head_min and query is not null and query ~* v_head_pattern;
+               and query is not null;
+    if v_heads then
+        v_heads := query ~* v_head_pattern;
+        v_heads := v_heads and v_n >= v_head_min;
+    end if;
 
     for r in
         with cand as (
@@ -1548,7 +1588,7 @@ begin
                   + coalesce(v_w_kvec / (v_rrf_k + t.kvr), 0)
                   + coalesce(v_w_klex / (v_rrf_k + t.klr), 0))
                  * case when not v_heads or t.tier <> 0 then 1
-                        when donto._session_head(t.unit_id, v_head_share)
+                        when donto._opens_session(t.unit_id, v_head_share, v_as_of)
                         then 1 + v_head_weight else 1 end)::float8 as score
             from (
                 select 0 as tier, ranked.unit_id, ranked.vr, ranked.lr, ranked.kvr, ranked.klr

@@ -27,7 +27,8 @@ CONV13 = EXAMPLES / "chats" / "100K" / "13"
 OLD, NEW = 64, 74  # messages: the 10 appended ones cross from session 1 into session 2
 IRI = "beam:100K/13"
 QUERIES = ["what database did we choose", "deadline for the project", "how do I fix the test",
-           "what is my budget", "which framework should I use for the frontend"]
+           "what is my budget", "which framework should I use for the frontend",
+           "Can you give me a summary of my project plans?"]  # session heads (below)
 
 
 def conversation(n: int) -> beam.Conversation:
@@ -73,7 +74,12 @@ def blocks(conn: psycopg.Connection, rev: int) -> list[tuple]:
         "order by b.seq", (rev,)).fetchall()
 
 
-def recall(conn: psycopg.Connection, qvecs, as_of=None, arms="hybrid") -> list[list[tuple]]:
+def recall(conn: psycopg.Connection, qvecs, as_of=None, arms="hybrid",
+           head_weight: float = 2, head_min: int = 0) -> list[list[tuple]]:
+    """Recall of QUERIES; session heads on whatever the (small) context's size, by default."""
+    conn.execute("select set_config('donto.recall_head_min_chunks', %s, false), "
+                 "set_config('donto.recall_head_weight', %s, false)",
+                 (str(head_min), str(head_weight)))
     out = []
     for q, v in zip(QUERIES, qvecs, strict=True):
         out.append(conn.execute(
@@ -140,7 +146,10 @@ def test_append_equals_loading_from_scratch(db, request, qvecs):
         np.testing.assert_allclose(vectors(db, rev2), vectors(scratch, rev_s), atol=2e-6)
         assert vectors(db, rev2).shape == (len(got), 384)
         assert blocks(db, rev2) == blocks(scratch, rev_s)
+        # ... session heads too: a chunk kept from the first revision (one session) is
+        # placed in the sessions of the text it grew into, as the fresh load places it.
         assert recall(db, qvecs) == recall(scratch, qvecs)
+        assert recall(db, qvecs)[-1] != recall(db, qvecs, head_weight=0)[-1]
         assert recall(db, qvecs, arms="lexical") == recall(scratch, qvecs, arms="lexical")
 
     # as_of before the append answers from the old revision, as recall did then
@@ -152,6 +161,30 @@ def test_append_equals_loading_from_scratch(db, request, qvecs):
     for rows in recall(db, qvecs):
         assert len({(r[0], r[1]) for r in rows}) == len(rows)
         assert tuple(sup) not in {(r[0], r[1]) for r in rows if r[1] == sup[1]}
+
+
+def test_as_of_searches_the_chunks_known_then(db, qvecs):
+    """What recall counts as searched (its pool, the session heads' gate) is what was known
+    at AS_OF: neither the chunks appended later nor the windows cut again."""
+    rev1 = load(db, conversation(NEW))  # two sessions
+    embed_pending(db, progress=False)
+    t1 = db.execute("select now()").fetchone()[0]
+    db.commit()
+    n1 = len(chunks(db, rev1))
+    loader.append_turns(db, IRI, messages(conversation(NEW + 30), NEW))
+    db.commit()
+    embed_pending(db, progress=False)
+    n2 = db.execute("select reused_chunks + new_chunks, superseded_statement_id is not null "
+                    "from donto.projection_extension").fetchone()
+    assert n2[1] and n2[0] > n1  # one window was cut again
+    # Gated just above what was known at t1: no heads then (as with weight 0), heads now.
+    assert recall(db, qvecs, as_of=t1, head_min=n1 + 1) \
+        == recall(db, qvecs, as_of=t1, head_weight=0)
+    assert recall(db, qvecs, as_of=t1, head_min=n1)[-1] \
+        != recall(db, qvecs, as_of=t1, head_weight=0)[-1]
+    assert recall(db, qvecs, head_min=n2[0])[-1] != recall(db, qvecs, head_weight=0)[-1]
+    # The window cut again is not counted: n2 live chunks, one more ever recorded.
+    assert recall(db, qvecs, head_min=n2[0] + 1) == recall(db, qvecs, head_weight=0)
 
 
 def test_append_is_idempotent_and_refuses_what_does_not_extend(db, connect):

@@ -106,7 +106,7 @@ def _scored(conn, q: str, k: int, **settings) -> list[tuple]:
 
 
 def _opens_its_session(conn, statement_id: int, share: float) -> bool:
-    """The rule of donto._session_head, from the turns themselves."""
+    """The rule of donto._opens_session, from the turns themselves."""
     rev, end = conn.execute("select revision_id, char_end from donto.x_memory_record "
                             "where statement_id = %s", (statement_id,)).fetchone()
     turns = conn.execute("select role, session, header_start, char_end from donto.turn "
@@ -167,11 +167,23 @@ def test_session_heads_leave_other_questions_and_arms_alone(odb) -> None:
 
 
 @pytest.mark.parametrize("name, value", [("recall_head_weight", "-1"),
-                                         ("recall_head_share", "1.5")])
+                                         ("recall_head_weight", "NaN"),
+                                         ("recall_head_weight", "Infinity"),
+                                         ("recall_head_share", "1.5"),
+                                         ("recall_head_share", "NaN"),
+                                         ("recall_head_min_chunks", "-1")])
 def test_bad_head_settings_are_refused(odb, name, value) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="recall_head"):
         _rows(odb, SUMMARY, 10, **{name: value})
     odb.rollback()
+
+
+def test_a_bad_head_pattern_fails_whatever_the_context_size(odb) -> None:
+    # The context is below recall_head_min_chunks: the pattern is matched all the same.
+    with pytest.raises(psycopg.errors.InvalidRegularExpression):
+        _rows(odb, SUMMARY, 10, recall_head_pattern="(x")
+    odb.rollback()
+    assert _rows(odb, SUMMARY, 10, "vector", recall_head_pattern="(x")  # hybrid only
 
 
 # --- turn blocks: a question about what the user brought up --------------------------------
