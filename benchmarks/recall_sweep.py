@@ -171,19 +171,17 @@ class Context:
         starts = [c[1] for c in chunks]
         self.turns = raw["user_turns"]
         users = self.heads = [t[0] for t in self.turns]
+        sessions = raw.get("sessions") or []
+        firsts = [x[1] for x in sessions]
         self.unit = {}
+        self.place: dict[int, float] = {}
         for sid, _start, end, _upper, _lower in chunks:
             i = bisect.bisect_left(users, end) - 1
             j = bisect.bisect_right(starts, users[i]) - 1 if i >= 0 else -1
             self.unit[sid] = chunks[j][0] if j >= 0 else sid
-        sessions = raw.get("sessions") or []
-        firsts = [x[1] for x in sessions]
-        self.place: dict[int, float] = {}
-        for sid, _start, end, _upper, _lower in chunks:
-            i = bisect.bisect_left(users, end) - 1
-            j = bisect.bisect_right(firsts, users[i]) - 1 if i >= 0 else -1
-            if len(sessions) > 1 and j >= 0:
-                a, b = sessions[j][1], sessions[j][2]
+            s = bisect.bisect_right(firsts, users[i]) - 1 if i >= 0 else -1
+            if len(sessions) > 1 and s >= 0:
+                a, b = sessions[s][1], sessions[s][2]
                 self.place[sid] = (users[i] - a) / (b - a)
 
 
