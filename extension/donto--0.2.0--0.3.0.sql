@@ -1102,6 +1102,7 @@ adds to a document (donto._check_document_writer, donto.register_revision).
 declare
     v_oid oid;
     v_owner boolean;
+    v_bound boolean;
 begin
     perform donto._check_session_login();
     if donto._login_oid(session_user) is null then
@@ -1115,13 +1116,14 @@ begin
     elsif donto._session_owns_schema() then
         select b.owner into v_owner from donto.login_binding as b
         where b.login_role = session_user order by b.binding_id desc limit 1;
-        if not donto._login_bound(session_user) and coalesce(v_owner, false) then
+        v_bound := donto._login_bound(session_user);
+        if not v_bound and coalesce(v_owner, false) then
             -- The owner's login name stood for an owner's role before (a restore onto
             -- another cluster): the owner's session takes it back, as adopt_logins would.
             insert into donto.login_binding (login_role, role_oid, server_id, owner, reason)
             select session_user, r.oid, donto._server_id(), true, 'adopted'
             from pg_catalog.pg_roles as r where r.rolname = session_user;
-        elsif donto._login_bound(session_user) and not coalesce(v_owner, false) then
+        elsif v_bound and not coalesce(v_owner, false) then
             -- A login that became a member of the owner since it was bound: on the
             -- record, so that after a restore its name is not adopted for a writer
             -- without being named.
