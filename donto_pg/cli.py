@@ -166,6 +166,9 @@ def migrate(
     status: Annotated[bool, typer.Option("--status", help="List applied and pending.")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the SQL; change nothing.")] = False,
+    lock_wait: Annotated[float, typer.Option(
+        "--lock-wait", min=0.0, help="Seconds to wait for another session's migration lock "
+        "(it is named while waiting) before giving up.")] = 60.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Install or upgrade the donto schema (safe to re-run: a no-op when up to date)."""
@@ -187,7 +190,8 @@ def migrate(
                 for s in plan:
                     typer.echo(f"-- {s.name}\n{s.text}")
             return
-        applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"))
+        applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"),
+                              lock_wait=lock_wait)
         if conn.execute("select has_schema_privilege('public', 'public', 'CREATE')"
                         ).fetchone()[0]:
             typer.echo("warning: every role may CREATE in schema public, which the donto "

@@ -161,22 +161,62 @@ def _extension_installed(conn: psycopg.Connection) -> bool:
     return conn.execute("select 1 from pg_extension where extname = 'donto'").fetchone() is not None
 
 
+def _lock_holders(conn: psycopg.Connection) -> str:
+    """Who holds the migration lock: 'pid 123 (role mallory, application psql, idle in
+    transaction since ...)', comma-separated."""
+    rows = conn.execute(
+        "select a.pid, a.usename, a.application_name, a.state, a.xact_start "
+        "from pg_locks as l inner join pg_stat_activity as a on a.pid = l.pid "
+        "where l.locktype = 'advisory' and l.granted and l.classid = 0 and l.objid = %s "
+        "and l.objsubid = 1 and l.database = (select oid from pg_database "
+        "where datname = current_database()) order by a.pid", (_LOCK_KEY,)).fetchall()
+    return ", ".join(f"pid {pid} (role {user}, application {app or '-'}, {state}"
+                     f"{f' since {start:%Y-%m-%d %H:%M:%S}' if start else ''})"
+                     for pid, user, app, state, start in rows) or "a session that has ended"
+
+
+def _lock(conn: psycopg.Connection, wait: float, step: Callable[[str], None]) -> None:
+    """Take the migration lock (an advisory lock: it is taken before the schema exists),
+    waiting at most WAIT seconds. Any role that may connect can take an advisory key, so a
+    wait names who holds it, and a wait past WAIT is an error that says so."""
+    if conn.execute("select pg_try_advisory_xact_lock(%s)", (_LOCK_KEY,)).fetchone()[0]:
+        return
+    holders = _lock_holders(conn)
+    step(f"waiting up to {wait:g} s for the migration lock, held by {holders}")
+    prev = conn.execute("select current_setting('lock_timeout')").fetchone()[0]
+    ms = max(1, round(wait * 1000))
+    conn.execute("select set_config('lock_timeout', %s, true)", (f"{ms}ms",))
+    try:
+        conn.execute("select pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+    except psycopg.errors.LockNotAvailable as exc:
+        conn.rollback()
+        raise MigrationError(
+            f"the migration lock (advisory lock {_LOCK_KEY}) is still held after {wait:g} s, "
+            f"by {_lock_holders(conn)}: another migrate, or a session holding that key. End it "
+            "(select pg_terminate_backend(<pid>)) or wait for it, then run migrate again"
+        ) from exc
+    conn.execute("select set_config('lock_timeout', %s, true)", (prev,))
+
+
 def migrate(conn: psycopg.Connection, *, upto: str | None = None,
             paths: list[str] | None = None,
-            on_step: Callable[[str], None] | None = None) -> list[str]:
+            on_step: Callable[[str], None] | None = None,
+            lock_wait: float = 60.0) -> list[str]:
     """Install or upgrade the donto schema in the connected database.
 
     Returns the names of the migrations applied now ([] when up to date).
     Runs in one transaction; safe to run again (a no-op for the data).
     With UPTO (tests of upgrades) only the migrations up to it run: the
     idempotent sql/ belongs to the newest version and may need later tables.
-    ON_STEP hears the name of each file before it runs (progress).
+    ON_STEP hears the name of each file before it runs (progress), and who holds the
+    migration lock when it must wait for it (at most LOCK_WAIT seconds, then an error
+    naming the holder).
     """
     step = on_step or (lambda _name: None)
     if conn.autocommit:
         raise MigrationError("migrate needs a connection with autocommit off")
     try:
-        conn.execute("select pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        _lock(conn, lock_wait, step)
         # The DDL guard (sql/095-ddl-guard.sql) lets this transaction, and only it, change
         # the donto schema.
         conn.execute(f"select set_config('{ALLOW_DDL}', 'on', true)")

@@ -1377,6 +1377,37 @@ create index turn_session_header_idx on donto.turn (revision_id, session, header
 
 insert into donto.migration (name, sha256) values ('030-session-head-index.sql', 'efa6bab55a3c4397709acb0f456a3659131615e03f03f7c175cec1cf56366039');
 
+-- migrations/031-writer-lock.sql
+-- 031: the writers' locks as rows only the schema's owner can lock. Until now the donto
+-- functions serialized writers with advisory locks (pg_advisory_xact_lock(2056, document)
+-- and sixteen more classes). Any role that can connect to the database may take any
+-- advisory key, a reader or a role with no donto grant at all, and hold it for as long as
+-- its session lasts: every load of that document then waited. A row of this table is
+-- locked with SELECT ... FOR UPDATE, which needs UPDATE on the table, and only the owner has
+-- it (sql/090): the donto functions lock as the owner (donto._lock), after their checks.
+-- Rows are only ever inserted (one per class and key, the first time it is taken); an
+-- UPDATE, DELETE or TRUNCATE is refused by I3's trigger like on every other table.
+
+create table donto.writer_lock (
+    lock_class text not null,
+    lock_key bigint not null,
+    primary key (lock_class, lock_key)
+);
+
+comment on table donto.writer_lock is
+'The writers'' locks: a row per lock class and key, locked FOR UPDATE (donto._lock) for the '
+'rest of the transaction by the donto function that writes (one writer per document, per '
+'revision''s projection, per model''s index build, ...). Only the schema''s owner may lock '
+'a row or read the table; rows are inserted the first time a key is taken and never change.';
+comment on column donto.writer_lock.lock_class is
+'What the lock serializes: document, turns, recall, lexical, extraction, standing, ... '
+'(the callers of donto._lock).';
+comment on column donto.writer_lock.lock_key is
+'Which one: a document, revision, projection or model id, or a hash of a name.';
+
+
+insert into donto.migration (name, sha256) values ('031-writer-lock.sql', '6076016cb53e957ecde04b75167d84361b8aee5e1ab9f3f582c1ccd7ed7abda8');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1449,6 +1480,32 @@ select donto._trigger_every_table(
 -- sql/020-revision.sql
 -- Documents, content-addressed revisions and their turn tables.
 
+create or replace function donto._lock(p_class text, p_key bigint)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* Take the writers' lock P_CLASS / P_KEY for the rest of this transaction: its row of
+   donto.writer_lock (made the first time), locked FOR UPDATE. A second transaction taking
+   the same lock waits until the first ends. Called by the donto functions that write,
+   after their checks, as the owner (they are security definers): the row lock needs
+   UPDATE on donto.writer_lock, which only the owner has, so no other role can take or hold
+   these locks (advisory locks, used before 031, any connected role could). */
+begin
+    insert into donto.writer_lock (lock_class, lock_key) values (p_class, p_key)
+    on conflict do nothing;
+    perform from donto.writer_lock as l
+    where l.lock_class = p_class and l.lock_key = p_key
+    for update;
+end;
+$$;
+
+comment on function donto._lock(text, bigint) is
+'Take a writers'' lock (a row of donto.writer_lock, FOR UPDATE) for this transaction; the owner '
+'only (called by the donto functions that write, after their checks).';
+
 create or replace function donto._lock_document(p_document_id bigint)
 returns void
 language sql
@@ -1456,13 +1513,13 @@ volatile
 security invoker
 set search_path to pg_catalog, pg_temp
 as $$
-/* One writer per document at a time (advisory lock 2056 for this transaction): taken by
-   donto.register_revision and the append path, so "supersedes" is well defined. */
-    select pg_catalog.pg_advisory_xact_lock(2056, p_document_id::integer);
+/* One writer per document at a time (the writers' lock of class document, this transaction):
+   taken by donto.register_revision and the append path, so "supersedes" is well defined. */
+    select donto._lock('document', p_document_id);
 $$;
 
 comment on function donto._lock_document(bigint) is
-'Take the document''s writer lock (advisory 2056) for this transaction.';
+'Take the document''s writer lock (donto._lock(''document'', id)) for this transaction.';
 
 create or replace function donto._document_iri_fault(p_iri text)
 returns text
@@ -2069,7 +2126,13 @@ begin
     if p_turns is null or pg_catalog.jsonb_typeof(p_turns) <> 'array' then
         raise exception 'donto.record_turns: turns must be a JSON array' using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2057, p_revision_id::integer);
+    -- A recorded turn table never changes, so only its first recording is serialized, and
+    -- only by a session that may record it: another login's call that returns the size of
+    -- the table recorded holds nothing the registrant's calls wait for.
+    if not exists (select from donto.turn as t where t.revision_id = p_revision_id)
+       and (donto._acts_for(v_login) or donto._session_owns_schema()) then
+        perform donto._lock('turns', p_revision_id);
+    end if;
 
     -- The rows are read from the argument each time (donto._turn_rows), never staged in
     -- a temp table: a definer must touch nothing a caller can create or shadow.
@@ -2748,7 +2811,7 @@ begin
     end if;
     v_ctx := donto._claim_context(coalesce(context, donto.recall_context_iri(v_iri)), 'recall',
                                   v_doc, 'donto.project_recall');
-    perform pg_catalog.pg_advisory_xact_lock(2058, rev_id::integer);
+    perform donto._lock('recall', rev_id);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = rev_id and p.kind = 'recall' and p.strategy = 'fixed-window'
@@ -2850,12 +2913,21 @@ The full-text vectors of every recall chunk of revision REV_ID that has none
 (donto.x_memory_lexical): every word with weight D, and the words of user
 turns once more with weight A, so that recall's lexical arm can rank the
 user's own statements higher (see donto._recall_lexical). Returns how many
-vectors were added; a second call adds none.
+vectors were added; a second call adds none. Only a session that may add to the
+revision's document calls it (donto._check_document_writer, 42501).
 */
 declare
     v_n integer;
+    v_doc bigint;
 begin
-    perform pg_catalog.pg_advisory_xact_lock(2059, rev_id::integer);
+    select r.document_id into v_doc from donto.revision as r where r.revision_id = rev_id;
+    if not found then
+        raise exception 'donto.index_lexical: no revision %', rev_id using errcode = '22023';
+    end if;
+    -- Only a session that may add to the document (before 031 any writer could, and then
+    -- hold this lock for as long as its transaction stayed open).
+    perform donto._check_document_writer(v_doc, 'donto.index_lexical');
+    perform donto._lock('lexical', rev_id);
     -- One statement, no temp table (a definer touches nothing a caller can shadow). The
     -- user turns overlapping a chunk [cs, ce) are the last turn whose header starts before
     -- cs (turn spans are ordered and disjoint) and the turns whose headers start in
@@ -3183,7 +3255,7 @@ begin
     if not donto._session_owns_schema() then
         v_min := greatest(v_min, donto._index_exact_max());
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2065, 0);
+    perform donto._lock('lexical-indexes', 0);
     select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
     from (
         select p.projection_id,
@@ -3243,7 +3315,7 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2063, p_model_id);
+    perform donto._lock('context-indexes', p_model_id);
     -- The contexts first (no scan of donto.embedding may be open during CREATE INDEX).
     select pg_catalog.array_agg(x.context_id order by x.context_id) into v_ctxs
     from (
@@ -4984,7 +5056,7 @@ begin
     v_params := donto._extraction_params(coalesce(params, '{}'));
     v_ctx := donto._claim_context(donto.claims_context_iri(v_iri), 'claims', v_doc,
                                   'donto.project_extraction');
-    perform pg_catalog.pg_advisory_xact_lock(2060, rev_id::integer);
+    perform donto._lock('extraction', rev_id);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = rev_id and p.kind = 'extraction' and p.strategy = 'turn-coherent-v1'
@@ -5212,7 +5284,7 @@ begin
         'UTF8')), 'hex');
     -- Scoped by login: a writer's run never resumes the owner's, nor the owner's a writer's.
     v_key := donto._scoped_key(v_key);
-    perform pg_catalog.pg_advisory_xact_lock(2062, pg_catalog.hashtext(v_key));
+    perform donto._lock('extraction-run', pg_catalog.hashtextextended(v_key, 0));
 
     select r.run_id into v_run from donto.extraction_run as r where r.run_key = v_key;
     if found then
@@ -5478,7 +5550,7 @@ begin
             'login''s (%)', v_block, v_arm, session_user using errcode = '42501';
     end if;
     perform donto._check_adds_to('run', v_run, 'donto.ingest_extraction');
-    perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
+    perform donto._lock('extraction-ingest', pg_catalog.hashtextextended(v_block || '/' || v_run, 0));
 
     select x.summary, x.response into v_summary, v_prev
     from donto.extraction_response as x
@@ -6200,7 +6272,7 @@ begin
             coalesce(p_strategy, 'null') using errcode = '22023';
     end if;
     v_name := donto._arm_key(p_name);
-    perform pg_catalog.pg_advisory_xact_lock(2070, pg_catalog.hashtext(v_name));
+    perform donto._lock('ab-arm', pg_catalog.hashtextextended(v_name, 0));
     select a.arm_id, a.strategy, a.params into v_have from donto.ab_arm as a where a.name = v_name;
     if found then
         if v_have.strategy <> p_strategy or v_have.params <> v_params then
@@ -6276,7 +6348,8 @@ begin
     v_params := pg_catalog.jsonb_build_object('arm', v_arm.name) || v_arm.params;
     v_ctx := donto._claim_context(donto.measure_context_iri(v_arm.name, v_iri), 'measure',
                                   v_doc, 'donto.ab_project_arm');
-    perform pg_catalog.pg_advisory_xact_lock(2071, p_revision_id::integer);
+    -- Per arm context: arms of other writers on the same revision do not wait on this one.
+    perform donto._lock('ab-project', v_ctx);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = p_revision_id and p.kind = 'extraction' and p.strategy = v_strategy
@@ -7137,7 +7210,7 @@ begin
         raise exception 'donto.record_session_summary: revision % has no session %',
             p_revision_id, p_session using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2072, p_revision_id::integer);
+    perform donto._lock('summary', p_revision_id);
     v_sid := donto.own_session_summary(p_revision_id, p_session, p_summarizer);
     if v_sid is not null then
         return v_sid;
@@ -7803,7 +7876,7 @@ begin
     where r.revision_id = p_revision_id;
     select x.extends_revision_id into strict v_base from donto.revision_extension as x
     where x.revision_id = p_revision_id;
-    perform pg_catalog.pg_advisory_xact_lock(2064, p_projection_id::integer);
+    perform donto._lock('extend-recall', p_projection_id);
 
     -- How many chunks the base revision has in this projection.
     select pe.reused_chunks + pe.new_chunks into v_before
@@ -8383,7 +8456,7 @@ begin
     end if;
     v_ctx := donto._claim_context(coalesce(context, donto.standing_context_iri(v_iri)),
                                   'standing', v_doc, 'donto.project_standing');
-    perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
+    perform donto._lock('standing', rev_id);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = v_rules
@@ -8554,7 +8627,7 @@ begin
     end if;
     v_ctx := donto._claim_context(donto.standing_context_iri(v_iri), 'standing', v_doc,
                                   'donto._standing_from_claims');
-    perform pg_catalog.pg_advisory_xact_lock(2081, v_rev::integer);
+    perform donto._lock('standing-claims', v_rev);
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = v_rev and p.kind = 'standing' and p.strategy = 'llm-v1'
           and p.params = pg_catalog.jsonb_build_object('run_id', v_run) and p.context_id = v_ctx;
@@ -9167,7 +9240,7 @@ begin
         raise exception 'donto.project_turn_keys: no revision %', rev_id using errcode = '22023';
     end if;
     perform donto._check_document_writer(v_doc, 'donto.project_turn_keys');
-    perform pg_catalog.pg_advisory_xact_lock(2085, rev_id::integer);
+    perform donto._lock('turn-keys', rev_id);
     for v_proj in
         select p.projection_id from donto.projection as p
         where p.kind = 'recall'
@@ -9255,7 +9328,7 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2086, p_model_id);
+    perform donto._lock('key-indexes', p_model_id);
     -- The projections first (no scan of the table may be open during CREATE INDEX).
     select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
     from (
@@ -9567,6 +9640,10 @@ grant select on all tables in schema donto to donto_reader, donto_writer;
 grant insert (statement_id, model_id, embedding) on donto.embedding to donto_writer;
 revoke update, delete, truncate on all tables in schema donto from current_user;
 grant update, delete, truncate on donto.setting to current_user;
+-- The writers' locks (migration 031): rows locked FOR UPDATE, which needs UPDATE; the owner
+-- alone has it and reads them (I3's trigger still refuses an UPDATE statement there).
+revoke select on donto.writer_lock from donto_reader, donto_writer;
+grant update on donto.writer_lock to current_user;
 
 revoke all on all sequences in schema donto from public;
 
@@ -9580,6 +9657,8 @@ revoke execute on function donto._extend_recall(bigint, bigint) from donto_write
 revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;
 revoke execute on function donto._standing_from_claims(bigint) from donto_writer;
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
+revoke execute on function donto._lock(text, bigint) from donto_writer;
+revoke execute on function donto._lock_document(bigint) from donto_writer;
 
 do $$
 declare

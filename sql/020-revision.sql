@@ -1,5 +1,31 @@
 -- Documents, content-addressed revisions and their turn tables.
 
+create or replace function donto._lock(p_class text, p_key bigint)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* Take the writers' lock P_CLASS / P_KEY for the rest of this transaction: its row of
+   donto.writer_lock (made the first time), locked FOR UPDATE. A second transaction taking
+   the same lock waits until the first ends. Called by the donto functions that write,
+   after their checks, as the owner (they are security definers): the row lock needs
+   UPDATE on donto.writer_lock, which only the owner has, so no other role can take or hold
+   these locks (advisory locks, used before 031, any connected role could). */
+begin
+    insert into donto.writer_lock (lock_class, lock_key) values (p_class, p_key)
+    on conflict do nothing;
+    perform from donto.writer_lock as l
+    where l.lock_class = p_class and l.lock_key = p_key
+    for update;
+end;
+$$;
+
+comment on function donto._lock(text, bigint) is
+'Take a writers'' lock (a row of donto.writer_lock, FOR UPDATE) for this transaction; the owner '
+'only (called by the donto functions that write, after their checks).';
+
 create or replace function donto._lock_document(p_document_id bigint)
 returns void
 language sql
@@ -7,13 +33,13 @@ volatile
 security invoker
 set search_path to pg_catalog, pg_temp
 as $$
-/* One writer per document at a time (advisory lock 2056 for this transaction): taken by
-   donto.register_revision and the append path, so "supersedes" is well defined. */
-    select pg_catalog.pg_advisory_xact_lock(2056, p_document_id::integer);
+/* One writer per document at a time (the writers' lock of class document, this transaction):
+   taken by donto.register_revision and the append path, so "supersedes" is well defined. */
+    select donto._lock('document', p_document_id);
 $$;
 
 comment on function donto._lock_document(bigint) is
-'Take the document''s writer lock (advisory 2056) for this transaction.';
+'Take the document''s writer lock (donto._lock(''document'', id)) for this transaction.';
 
 create or replace function donto._document_iri_fault(p_iri text)
 returns text
@@ -620,7 +646,13 @@ begin
     if p_turns is null or pg_catalog.jsonb_typeof(p_turns) <> 'array' then
         raise exception 'donto.record_turns: turns must be a JSON array' using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2057, p_revision_id::integer);
+    -- A recorded turn table never changes, so only its first recording is serialized, and
+    -- only by a session that may record it: another login's call that returns the size of
+    -- the table recorded holds nothing the registrant's calls wait for.
+    if not exists (select from donto.turn as t where t.revision_id = p_revision_id)
+       and (donto._acts_for(v_login) or donto._session_owns_schema()) then
+        perform donto._lock('turns', p_revision_id);
+    end if;
 
     -- The rows are read from the argument each time (donto._turn_rows), never staged in
     -- a temp table: a definer must touch nothing a caller can create or shadow.

@@ -78,7 +78,7 @@ begin
     end if;
     v_ctx := donto._claim_context(coalesce(context, donto.recall_context_iri(v_iri)), 'recall',
                                   v_doc, 'donto.project_recall');
-    perform pg_catalog.pg_advisory_xact_lock(2058, rev_id::integer);
+    perform donto._lock('recall', rev_id);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = rev_id and p.kind = 'recall' and p.strategy = 'fixed-window'
@@ -180,12 +180,21 @@ The full-text vectors of every recall chunk of revision REV_ID that has none
 (donto.x_memory_lexical): every word with weight D, and the words of user
 turns once more with weight A, so that recall's lexical arm can rank the
 user's own statements higher (see donto._recall_lexical). Returns how many
-vectors were added; a second call adds none.
+vectors were added; a second call adds none. Only a session that may add to the
+revision's document calls it (donto._check_document_writer, 42501).
 */
 declare
     v_n integer;
+    v_doc bigint;
 begin
-    perform pg_catalog.pg_advisory_xact_lock(2059, rev_id::integer);
+    select r.document_id into v_doc from donto.revision as r where r.revision_id = rev_id;
+    if not found then
+        raise exception 'donto.index_lexical: no revision %', rev_id using errcode = '22023';
+    end if;
+    -- Only a session that may add to the document (before 031 any writer could, and then
+    -- hold this lock for as long as its transaction stayed open).
+    perform donto._check_document_writer(v_doc, 'donto.index_lexical');
+    perform donto._lock('lexical', rev_id);
     -- One statement, no temp table (a definer touches nothing a caller can shadow). The
     -- user turns overlapping a chunk [cs, ce) are the last turn whose header starts before
     -- cs (turn spans are ordered and disjoint) and the turns whose headers start in
@@ -513,7 +522,7 @@ begin
     if not donto._session_owns_schema() then
         v_min := greatest(v_min, donto._index_exact_max());
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2065, 0);
+    perform donto._lock('lexical-indexes', 0);
     select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
     from (
         select p.projection_id,
@@ -573,7 +582,7 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2063, p_model_id);
+    perform donto._lock('context-indexes', p_model_id);
     -- The contexts first (no scan of donto.embedding may be open during CREATE INDEX).
     select pg_catalog.array_agg(x.context_id order by x.context_id) into v_ctxs
     from (

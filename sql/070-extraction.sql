@@ -333,7 +333,7 @@ begin
     v_params := donto._extraction_params(coalesce(params, '{}'));
     v_ctx := donto._claim_context(donto.claims_context_iri(v_iri), 'claims', v_doc,
                                   'donto.project_extraction');
-    perform pg_catalog.pg_advisory_xact_lock(2060, rev_id::integer);
+    perform donto._lock('extraction', rev_id);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = rev_id and p.kind = 'extraction' and p.strategy = 'turn-coherent-v1'
@@ -561,7 +561,7 @@ begin
         'UTF8')), 'hex');
     -- Scoped by login: a writer's run never resumes the owner's, nor the owner's a writer's.
     v_key := donto._scoped_key(v_key);
-    perform pg_catalog.pg_advisory_xact_lock(2062, pg_catalog.hashtext(v_key));
+    perform donto._lock('extraction-run', pg_catalog.hashtextextended(v_key, 0));
 
     select r.run_id into v_run from donto.extraction_run as r where r.run_key = v_key;
     if found then
@@ -827,7 +827,7 @@ begin
             'login''s (%)', v_block, v_arm, session_user using errcode = '42501';
     end if;
     perform donto._check_adds_to('run', v_run, 'donto.ingest_extraction');
-    perform pg_catalog.pg_advisory_xact_lock(2061, pg_catalog.hashtext(v_block || '/' || v_run));
+    perform donto._lock('extraction-ingest', pg_catalog.hashtextextended(v_block || '/' || v_run, 0));
 
     select x.summary, x.response into v_summary, v_prev
     from donto.extraction_response as x

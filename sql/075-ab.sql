@@ -204,7 +204,7 @@ begin
             coalesce(p_strategy, 'null') using errcode = '22023';
     end if;
     v_name := donto._arm_key(p_name);
-    perform pg_catalog.pg_advisory_xact_lock(2070, pg_catalog.hashtext(v_name));
+    perform donto._lock('ab-arm', pg_catalog.hashtextextended(v_name, 0));
     select a.arm_id, a.strategy, a.params into v_have from donto.ab_arm as a where a.name = v_name;
     if found then
         if v_have.strategy <> p_strategy or v_have.params <> v_params then
@@ -280,7 +280,8 @@ begin
     v_params := pg_catalog.jsonb_build_object('arm', v_arm.name) || v_arm.params;
     v_ctx := donto._claim_context(donto.measure_context_iri(v_arm.name, v_iri), 'measure',
                                   v_doc, 'donto.ab_project_arm');
-    perform pg_catalog.pg_advisory_xact_lock(2071, p_revision_id::integer);
+    -- Per arm context: arms of other writers on the same revision do not wait on this one.
+    perform donto._lock('ab-project', v_ctx);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = p_revision_id and p.kind = 'extraction' and p.strategy = v_strategy

@@ -110,7 +110,7 @@ begin
         raise exception 'donto.record_session_summary: revision % has no session %',
             p_revision_id, p_session using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2072, p_revision_id::integer);
+    perform donto._lock('summary', p_revision_id);
     v_sid := donto.own_session_summary(p_revision_id, p_session, p_summarizer);
     if v_sid is not null then
         return v_sid;

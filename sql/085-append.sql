@@ -410,7 +410,7 @@ begin
     where r.revision_id = p_revision_id;
     select x.extends_revision_id into strict v_base from donto.revision_extension as x
     where x.revision_id = p_revision_id;
-    perform pg_catalog.pg_advisory_xact_lock(2064, p_projection_id::integer);
+    perform donto._lock('extend-recall', p_projection_id);
 
     -- How many chunks the base revision has in this projection.
     select pe.reused_chunks + pe.new_chunks into v_before

@@ -123,7 +123,7 @@ begin
     end if;
     v_ctx := donto._claim_context(coalesce(context, donto.standing_context_iri(v_iri)),
                                   'standing', v_doc, 'donto.project_standing');
-    perform pg_catalog.pg_advisory_xact_lock(2080, rev_id::integer);
+    perform donto._lock('standing', rev_id);
 
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = rev_id and p.kind = 'standing' and p.strategy = v_rules
@@ -294,7 +294,7 @@ begin
     end if;
     v_ctx := donto._claim_context(donto.standing_context_iri(v_iri), 'standing', v_doc,
                                   'donto._standing_from_claims');
-    perform pg_catalog.pg_advisory_xact_lock(2081, v_rev::integer);
+    perform donto._lock('standing-claims', v_rev);
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = v_rev and p.kind = 'standing' and p.strategy = 'llm-v1'
           and p.params = pg_catalog.jsonb_build_object('run_id', v_run) and p.context_id = v_ctx;

@@ -44,7 +44,7 @@ begin
         raise exception 'donto.project_turn_keys: no revision %', rev_id using errcode = '22023';
     end if;
     perform donto._check_document_writer(v_doc, 'donto.project_turn_keys');
-    perform pg_catalog.pg_advisory_xact_lock(2085, rev_id::integer);
+    perform donto._lock('turn-keys', rev_id);
     for v_proj in
         select p.projection_id from donto.projection as p
         where p.kind = 'recall'
@@ -132,7 +132,7 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    perform pg_catalog.pg_advisory_xact_lock(2086, p_model_id);
+    perform donto._lock('key-indexes', p_model_id);
     -- The projections first (no scan of the table may be open during CREATE INDEX).
     select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
     from (

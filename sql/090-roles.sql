@@ -32,6 +32,10 @@ grant select on all tables in schema donto to donto_reader, donto_writer;
 grant insert (statement_id, model_id, embedding) on donto.embedding to donto_writer;
 revoke update, delete, truncate on all tables in schema donto from current_user;
 grant update, delete, truncate on donto.setting to current_user;
+-- The writers' locks (migration 031): rows locked FOR UPDATE, which needs UPDATE; the owner
+-- alone has it and reads them (I3's trigger still refuses an UPDATE statement there).
+revoke select on donto.writer_lock from donto_reader, donto_writer;
+grant update on donto.writer_lock to current_user;
 
 revoke all on all sequences in schema donto from public;
 
@@ -45,6 +49,8 @@ revoke execute on function donto._extend_recall(bigint, bigint) from donto_write
 revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;
 revoke execute on function donto._standing_from_claims(bigint) from donto_writer;
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
+revoke execute on function donto._lock(text, bigint) from donto_writer;
+revoke execute on function donto._lock_document(bigint) from donto_writer;
 
 do $$
 declare

@@ -125,11 +125,12 @@ def test_sql_version_is_the_package_version():
         "bump donto.sql_version() in sql/040-python.sql with donto_pg.__version__")
 
 
-LOCK = re.compile(r"pg_advisory_xact_lock\((\d+)|_LOCK_KEY = (\d+)")
+LOCK = re.compile(r"donto\._lock\('([\w-]+)'|_LOCK_KEY = (\d+)")
 
 
 def lock_keys() -> dict[str, list[str]]:
-    """Advisory-lock key -> the functions that take it (sql/ and the Python package)."""
+    """Lock class (donto._lock) or advisory key (migrate's) -> the functions that take it
+    (sql/ and the Python package)."""
     out: dict[str, list[str]] = {}
     for path in [*sorted((ROOT / "sql").glob("*.sql")), *sorted(PACKAGE.rglob("*.py"))]:
         where = path.name
@@ -142,12 +143,15 @@ def lock_keys() -> dict[str, list[str]]:
     return out
 
 
-def test_each_advisory_lock_key_has_one_place_and_is_listed_in_the_readme():
+def test_each_lock_has_one_place_and_is_listed_in_the_readme():
     keys = lock_keys()
     assert len(keys) >= 10
-    assert {k: v for k, v in keys.items() if len(v) > 1} == {}, "a lock key taken twice"
+    assert {k: v for k, v in keys.items() if len(v) > 1} == {}, "a lock taken in two places"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = dict(re.findall(r"^\| (\d{4}) \| `([\w.]+)`", readme, re.M))
+    table = dict(re.findall(r"^\| `?([\w-]+)`? +\| `([\w.]+)`", readme, re.M))
     code = {k: v[0] for k, v in keys.items()}
     code["2055"] = "donto_pg.migrate.migrate"  # the Python side names its module
     assert table == code
+    # advisory locks are the migration's alone: any connected role could hold another
+    sql = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "sql").glob("*.sql"))
+    assert "pg_advisory" not in sql

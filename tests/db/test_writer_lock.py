@@ -1,0 +1,161 @@
+"""The writers' locks are rows only the owner can lock (migration 031), attacked by real logins.
+
+Before 031 the donto functions serialized writers with advisory locks. PostgreSQL lets
+every role that may connect take any advisory key: a reader, or a login with no donto
+grant at all, held pg_advisory_lock(2056, <document>) and every load of that document
+waited for as long as its session lasted. And a writer could take the lock of another's
+revision with a call that succeeded (donto.index_lexical checked nothing) and hold it.
+Now the locks are rows of donto.writer_lock, locked FOR UPDATE as the owner, after the
+checks; migrate, which runs before the schema exists, still takes an advisory lock, and
+names who holds it when it must wait.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from psycopg import errors
+
+from donto_pg import migrate
+from tests.db.test_security_definer import turns
+from tests.db.test_vector_provenance import BODY, default_model, loaded
+
+# The advisory classes the donto functions took before 031, keyed by an id.
+OLD_ID_CLASSES = (2056, 2057, 2058, 2059, 2060, 2063, 2064, 2065, 2071, 2072, 2080, 2085,
+                  2086)
+HOLD = ("select count(pg_advisory_lock(c, k)) from unnest(%s::int[]) as c, "
+        "generate_series(0, 63) as k")
+TURN = json.dumps([{"role": "user", "content": "And I like rye bread.", "turn_id": 4}])
+
+
+def advisory_held(conn, pid: int) -> int:
+    return conn.execute("select count(*) from pg_locks where locktype = 'advisory' "
+                        "and pid = %s and granted", (pid,)).fetchone()[0]
+
+
+def a_writers_whole_load(w, iri: str) -> None:
+    """Everything a writer does to its own conversation, each call taking its lock(s):
+    document, turns, recall, lexical, turn-keys, standing, extraction, summary,
+    extend-recall, ab-arm, ab-project, context-indexes, key-indexes, lexical-indexes."""
+    rev = loaded(w, iri)
+    w.execute("select donto.index_lexical(%s)", (rev,))
+    w.execute("select donto.project_extraction(%s)", (rev,))
+    w.execute("select donto.record_session_summary(%s, 1, 'Berlin, French.', 'extractive', "
+              "'w')", (rev,))
+    w.execute("select donto.append_turns(%s, %s)", (iri, TURN))
+    w.execute("select donto.ab_register_arm('w80', 'fixed', '{\"window\": 80}')")
+    w.execute("select donto.ab_project_arm('w80', %s)", (rev,))
+    w.execute("select donto.ensure_context_indexes(%s)", (default_model(w),))
+    w.commit()
+
+
+@pytest.mark.parametrize("group", ["donto_reader", "pg_read_all_settings"])
+def test_no_other_role_holds_a_lock_a_writer_waits_for(db, logins, group):
+    """A reader, and a login with no donto role, hold every advisory key the functions took
+    before 031 (ids 0-63, and the arm's name): a writer's whole load still runs."""
+    _, as_attacker = logins(group)
+    _, as_writer = logins()
+    a, w = as_attacker(), as_writer()
+    held = a.execute(HOLD, (list(OLD_ID_CLASSES),)).fetchone()[0]
+    held += a.execute("select count(pg_advisory_lock(2070, hashtext('w80')))").fetchone()[0]
+    a.commit()
+    assert advisory_held(db, a.info.backend_pid) == held == len(OLD_ID_CLASSES) * 64 + 1
+    db.commit()
+    w.execute("set lock_timeout = '3s'")
+    w.commit()
+    # the attack is real: the old lock of document 1 is not to be had
+    with pytest.raises(errors.LockNotAvailable):
+        w.execute("select pg_advisory_xact_lock(2056, 1)")
+    w.rollback()
+    a_writers_whole_load(w, "doc:lock/writer")
+    assert db.execute("select count(*) from donto.writer_lock").fetchone()[0] >= 10
+    db.commit()
+    # and the locks themselves are out of reach
+    for conn in (a, w):
+        for sql in ("select from donto.writer_lock for update",
+                    "select donto._lock('document', 1)",
+                    "select donto._lock_document(1)",
+                    "lock table donto.writer_lock in exclusive mode"):
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(sql)
+            conn.rollback()
+
+
+def test_a_writers_call_on_anothers_document_holds_nothing_its_owner_waits_for(db, logins):
+    """Another writer's calls on the owner's document, refused or not, its transaction then
+    left open: the owner's writes to the same document, revision and session go on (3 s lock
+    timeout). Before 031, index_lexical (no check) and record_turns of the table already
+    recorded (returned its size) succeeded holding their locks. A refused call holds nothing
+    (PostgreSQL releases an aborted transaction's locks at the error)."""
+    rev = loaded(db, "doc:lock/owner")
+    db.execute("select donto.project_extraction(%s)", (rev,))
+    table = json.dumps(turns(BODY))
+    db.execute("set lock_timeout = '3s'")
+    db.commit()
+    _, as_writer = logins()
+    w = as_writer()
+    calls = [  # (sql, args, refused)
+        ("select donto.record_turns(%s, %s)", (rev, table), False),
+        ("select donto.index_lexical(%s)", (rev,), True),
+        ("select donto.register_revision('doc:lock/owner', %s)", (BODY + "x\n",), True),
+        ("select donto.append_turns('doc:lock/owner', %s)", (TURN,), True),
+        ("select donto.extend_revision('doc:lock/owner', %s, '[]')", (BODY + "x",), True),
+        ("select donto.project_recall(%s, 60)", (rev,), True),
+        ("select donto.project_turn_keys(%s)", (rev,), True),
+        ("select donto.project_standing(%s)", (rev,), True),
+        ("select donto.project_extraction(%s)", (rev,), True),
+        ("select donto.record_session_summary(%s, 1, 'Berlin.', 'extractive', 'w')", (rev,),
+         True),
+    ]
+    owners = [
+        ("select donto.record_turns(%s, %s)", (rev, table)),
+        ("select donto.index_lexical(%s)", (rev,)),
+        ("select donto.register_revision('doc:lock/owner', %s)", (BODY + "y\n",)),
+        ("select donto.append_turns('doc:lock/owner', %s)", (TURN,)),
+        ("select donto.project_recall(%s, 60)", (rev,)),
+        ("select donto.project_turn_keys(%s)", (rev,)),
+        ("select donto.project_standing(%s)", (rev,)),
+        ("select donto.project_extraction(%s)", (rev,)),
+        ("select donto.record_session_summary(%s, 1, 'Berlin.', 'extractive', 'owner')",
+         (rev,)),
+    ]
+    for sql, args, refused in calls:
+        if refused:
+            with pytest.raises(errors.InsufficientPrivilege, match="belongs to"):
+                w.execute(sql, args)
+        else:
+            w.execute(sql, args)
+        assert w.info.transaction_status.name == ("INERROR" if refused else "INTRANS")
+        for osql, oargs in owners:
+            db.execute(osql, oargs)
+        db.rollback()
+        w.rollback()
+
+
+def test_migrate_waits_for_its_lock_and_names_who_holds_it(db, logins, connect):
+    holder, as_holder = logins("donto_reader")
+    h = as_holder()
+    h.execute("select pg_advisory_lock(2055)")
+    h.commit()
+    steps: list[str] = []
+    owner = connect()
+    with pytest.raises(migrate.MigrationError, match=f"still held after 0.5 s, by pid "
+                       rf"{h.info.backend_pid} \(role {holder}"):
+        migrate.migrate(owner, lock_wait=0.5, on_step=steps.append)
+    assert steps == [f"waiting up to 0.5 s for the migration lock, held by pid "
+                     f"{h.info.backend_pid} (role {holder}, application -, idle)"]
+    # released while migrate waits: it goes on, and nothing is pending
+    release = threading.Timer(1.0, lambda: (h.execute("select pg_advisory_unlock(2055)"),
+                                            h.commit()))
+    release.start()
+    steps.clear()
+    try:
+        assert migrate.migrate(owner, lock_wait=30, on_step=steps.append) == []
+    finally:
+        release.join()
+    assert steps[0].startswith("waiting up to 30 s for the migration lock, held by pid")
+    assert any(s.startswith("sql/") for s in steps)
+    # the wait is bounded by its own timeout only: the session's setting is as it was
+    assert owner.execute("show lock_timeout").fetchone()[0] == "0"
