@@ -2721,7 +2721,7 @@ never below donto._index_exact_max(), so a writer's SET cannot make the owner
 index every small projection.
 */
 declare
-    v_min bigint := donto._recall_setting('recall_lexical_exact_max', '10000')::bigint;
+    v_min bigint := donto._recall_integer('recall_lexical_exact_max', '10000');
     v_projs bigint[];
     v_proj bigint;
     v_name text;
@@ -2973,6 +2973,64 @@ $$;
 comment on function donto._recall_setting(text, text) is
 'A recall tuning setting (custom GUC donto.<name>) or its default.';
 
+create or replace function donto._recall_number(p_name text, p_default text)
+returns double precision
+language plpgsql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The recall setting donto.<P_NAME> (or P_DEFAULT) as a number (NaN and Infinity too:
+   the caller bounds it). A value that is no number is 22023 naming the setting; a bare
+   cast would say only "invalid input syntax for type double precision". */
+declare
+    v text := donto._recall_setting(p_name, p_default);
+begin
+    if v ~* '^\s*[-+]?(nan|inf|infinity)\s*$' then
+        return v::double precision;
+    end if;
+    if v ~* '^\s*[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)(e[-+]?[0-9]{1,3})?\s*$' then
+        if v::numeric = 0 or pg_catalog.abs(v::numeric) between 1e-307 and 1e308 then
+            return v::double precision;
+        end if;
+    end if;
+    raise exception 'donto: setting donto.% must be a number, not %', p_name,
+        pg_catalog.quote_literal(v)
+        using errcode = '22023',
+              hint = pg_catalog.format('reset donto.%s (its default is %s)', p_name, p_default);
+end;
+$$;
+
+comment on function donto._recall_number(text, text) is
+'A numeric recall setting (donto.<name>) or its default; 22023 naming it when it is no number.';
+
+create or replace function donto._recall_integer(p_name text, p_default text)
+returns integer
+language plpgsql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The recall setting donto.<P_NAME> (or P_DEFAULT) as an integer. A value that is no
+   integer, or lies outside -2147483648 .. 2147483647, is 22023 naming the setting. */
+declare
+    v text := donto._recall_setting(p_name, p_default);
+begin
+    if v ~ '^\s*[-+]?[0-9]{1,10}\s*$' then
+        if v::bigint between -2147483648 and 2147483647 then
+            return v::integer;
+        end if;
+    end if;
+    raise exception 'donto: setting donto.% must be an integer, not %', p_name,
+        pg_catalog.quote_literal(v)
+        using errcode = '22023',
+              hint = pg_catalog.format('reset donto.%s (its default is %s)', p_name, p_default);
+end;
+$$;
+
+comment on function donto._recall_integer(text, text) is
+'An integer recall setting (donto.<name>) or its default; 22023 naming it when it is none.';
+
 create or replace function donto.recall_exact_max()
 returns bigint
 language sql
@@ -2985,7 +3043,7 @@ The largest context (in chunks) that recall's vector arm scans exactly (setting
 donto.recall_exact_max, default 10,000); a context with more vectors gets an
 HNSW index of its own (donto.ensure_embedding_index).
 */
-    select donto._recall_setting('recall_exact_max', '10000')::bigint;
+    select donto._recall_integer('recall_exact_max', '10000');
 $$;
 
 comment on function donto.recall_exact_max() is
@@ -3029,8 +3087,8 @@ superseded when their conversation grew and chunks recorded after P_AS_OF.
 declare
     v_weights float4[] := donto._recall_setting(
         'recall_lexical_weights', '{0.1,0.2,0.4,1.0}')::float4[];
-    v_exact_max bigint := donto._recall_setting('recall_lexical_exact_max', '10000')::bigint;
-    v_budget integer := donto._recall_setting('recall_lexical_budget', '1000')::integer;
+    v_exact_max bigint := donto._recall_integer('recall_lexical_exact_max', '10000');
+    v_budget integer := donto._recall_integer('recall_lexical_budget', '1000');
     v_projs bigint[];
     v_n double precision;
     v_terms text[];
@@ -3040,8 +3098,8 @@ declare
         '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
         'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
         'told,want}')::text[];
-    v_scaffold_w double precision := donto._recall_setting(
-        'recall_lexical_scaffold_weight', '0.5')::float8;
+    v_scaffold_w double precision := donto._recall_number(
+        'recall_lexical_scaffold_weight', '0.5');
     v_dfs double precision[];
     v_idfs double precision[];
     v_sel tsquery;
@@ -3417,23 +3475,23 @@ declare
     v_exact_max bigint := donto.recall_exact_max();
     v_layout text := donto._recall_setting('recall_layout', 'context');
     v_own_index boolean := false;
-    v_rrf_k double precision := donto._recall_setting('recall_rrf_k', '10')::double precision;
+    v_rrf_k double precision := donto._recall_number('recall_rrf_k', '10');
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
-    v_pool_share double precision := donto._recall_setting('recall_pool_share', '0.05')::float8;
-    v_pool_min integer := donto._recall_setting('recall_pool_min', '100')::integer;
-    v_pool_max integer := donto._recall_setting('recall_pool_max', '1000')::integer;
-    v_pool_max_index integer := donto._recall_setting('recall_pool_max_index', '100')::integer;
-    v_slots integer := donto._recall_setting('recall_standing_slots', '8')::integer;
-    v_st_chars integer := donto._recall_setting('recall_standing_chars', '1200')::integer;
-    v_after integer := donto._recall_setting('recall_standing_after', '1')::integer;
+    v_pool_share double precision := donto._recall_number('recall_pool_share', '0.05');
+    v_pool_min integer := donto._recall_integer('recall_pool_min', '100');
+    v_pool_max integer := donto._recall_integer('recall_pool_max', '1000');
+    v_pool_max_index integer := donto._recall_integer('recall_pool_max_index', '100');
+    v_slots integer := donto._recall_integer('recall_standing_slots', '8');
+    v_st_chars integer := donto._recall_integer('recall_standing_chars', '1200');
+    v_after integer := donto._recall_integer('recall_standing_after', '1');
     v_at integer;
     v_grown boolean;
     v_block donto.recall_hit[];
-    v_min_sim double precision := donto._recall_setting('recall_standing_min', '0.25')::float8;
-    v_w_vec double precision := donto._recall_setting('recall_vector_weight', '1')::float8;
-    v_w_lex double precision := donto._recall_setting('recall_lexical_weight', '1')::float8;
-    v_w_kvec double precision := donto._recall_setting('recall_key_weight', '0.5')::float8;
-    v_w_klex double precision := donto._recall_setting('recall_key_lexical_weight', '0.5')::float8;
+    v_min_sim double precision := donto._recall_number('recall_standing_min', '0.25');
+    v_w_vec double precision := donto._recall_number('recall_vector_weight', '1');
+    v_w_lex double precision := donto._recall_number('recall_lexical_weight', '1');
+    v_w_kvec double precision := donto._recall_number('recall_key_weight', '0.5');
+    v_w_klex double precision := donto._recall_number('recall_key_lexical_weight', '0.5');
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;
@@ -3449,22 +3507,22 @@ declare
     v_key_lex boolean;
     v_fold boolean;
     v_as_of timestamptz;
-    v_origin_slots integer := donto._recall_setting('recall_origin_slots', '1')::integer;
-    v_origin_pool integer := donto._recall_setting('recall_origin_pool', '50')::integer;
+    v_origin_slots integer := donto._recall_integer('recall_origin_slots', '1');
+    v_origin_pool integer := donto._recall_integer('recall_origin_pool', '50');
     v_origin_pattern text := donto._recall_setting('recall_origin_pattern',
         '(summar|overview|recap|chronolog|timeline|\min order\M|order in which|over time'
         '|(throughout|across) (all )?(of )?our|evolved|developed|progressed)');
     v_origins boolean;
-    v_head_weight double precision := donto._recall_setting('recall_head_weight', '2')::float8;
-    v_head_share double precision := donto._recall_setting('recall_head_share', '0.2')::float8;
-    v_head_min integer := donto._recall_setting('recall_head_min_chunks', '1000')::integer;
+    v_head_weight double precision := donto._recall_number('recall_head_weight', '2');
+    v_head_share double precision := donto._recall_number('recall_head_share', '0.2');
+    v_head_min integer := donto._recall_integer('recall_head_min_chunks', '1000');
     v_head_pattern text := donto._recall_setting('recall_head_pattern',
         '(summar|recap|overview|\msum up\M)');
     v_heads boolean;
     v_turns_pattern text := donto._recall_setting('recall_turns_pattern',
         '(\mi (first |ever )?(brought up|mentioned|raised)\M|order in which|\min order\M)');
-    v_turns_chars integer := donto._recall_setting('recall_turns_chars', '1200')::integer;
-    v_turns_pool integer := donto._recall_setting('recall_turns_pool', '60')::integer;
+    v_turns_chars integer := donto._recall_integer('recall_turns_chars', '1200');
+    v_turns_pool integer := donto._recall_integer('recall_turns_pool', '60');
     v_turns boolean;
     v_ts integer;
     v_te integer;
@@ -8485,8 +8543,8 @@ donto.recall_standing_condition_weight (default 0.5; 0: the statement alone).
     left join donto.x_standing_condition_vector as cv
         on st.statement_id = cv.statement_id and cv.model_id = p_model_id
     cross join lateral (
-        select pg_catalog.float8(donto._recall_setting(
-            'recall_standing_condition_weight', '0.5')) as w
+        select donto._recall_number(
+            'recall_standing_condition_weight', '0.5') as w
     ) as cw
     cross join lateral (
         select (case when cv.embedding is null then 1 - (v.embedding <=> p_embedding)
@@ -8908,14 +8966,14 @@ declare
         '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
         'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
         'told,want}')::text[];
-    v_scaffold_w double precision := donto._recall_setting(
-        'recall_lexical_scaffold_weight', '0.5')::float8;
+    v_scaffold_w double precision := donto._recall_number(
+        'recall_lexical_scaffold_weight', '0.5');
     v_projs bigint[];
     v_tqs tsquery[];
     v_tws double precision[];
     v_dim integer;
     v_kv_ids bigint[];
-    v_lex_max bigint := donto._recall_setting('recall_key_lexical_max', '2500')::bigint;
+    v_lex_max bigint := donto._recall_integer('recall_key_lexical_max', '2500');
 begin
     -- The recall projections searched that have keys (none: nothing to rank), less
     -- those a changed conversation superseded by P_AS_OF (their keys would take places

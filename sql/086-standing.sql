@@ -677,8 +677,8 @@ donto.recall_standing_condition_weight (default 0.5; 0: the statement alone).
     left join donto.x_standing_condition_vector as cv
         on st.statement_id = cv.statement_id and cv.model_id = p_model_id
     cross join lateral (
-        select pg_catalog.float8(donto._recall_setting(
-            'recall_standing_condition_weight', '0.5')) as w
+        select donto._recall_number(
+            'recall_standing_condition_weight', '0.5') as w
     ) as cw
     cross join lateral (
         select (case when cv.embedding is null then 1 - (v.embedding <=> p_embedding)

@@ -237,14 +237,14 @@ declare
         '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
         'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
         'told,want}')::text[];
-    v_scaffold_w double precision := donto._recall_setting(
-        'recall_lexical_scaffold_weight', '0.5')::float8;
+    v_scaffold_w double precision := donto._recall_number(
+        'recall_lexical_scaffold_weight', '0.5');
     v_projs bigint[];
     v_tqs tsquery[];
     v_tws double precision[];
     v_dim integer;
     v_kv_ids bigint[];
-    v_lex_max bigint := donto._recall_setting('recall_key_lexical_max', '2500')::bigint;
+    v_lex_max bigint := donto._recall_integer('recall_key_lexical_max', '2500');
 begin
     -- The recall projections searched that have keys (none: nothing to rank), less
     -- those a changed conversation superseded by P_AS_OF (their keys would take places

@@ -10,12 +10,13 @@ heads: a summary question weighs up the exchanges that open their sessions
 from __future__ import annotations
 
 import json
+import re
 
 import psycopg
 import pytest
 
 from donto_pg.evaluate import places
-from tests.conftest import EXAMPLES, embedded_module_database
+from tests.conftest import EXAMPLES, ROOT, embedded_module_database
 
 pytestmark = pytest.mark.slow
 
@@ -293,3 +294,32 @@ def test_the_payload_gives_turn_rows_their_turns(odb) -> None:
         "select char_start <> %s or char_end <> %s from donto.x_memory_record "
         "where statement_id = %s", (span[0], span[1], sid)).fetchone()[0]
         for sid, span in memories)
+
+
+# --- every numeric setting, named when its value is none -------------------------------------
+
+NUMERIC = sorted(set(re.findall(
+    r"_recall_(number|integer)\(\s*'(\w+)',\s*'([^']*)'",
+    "".join(p.read_text(encoding="utf-8") for p in (ROOT / "sql").glob("*.sql")))))
+
+
+def test_the_numeric_settings_are_found() -> None:
+    names = {n for _k, n, _d in NUMERIC}
+    assert len(names) == len(NUMERIC) >= 25
+    assert {"recall_rrf_k", "recall_head_weight", "recall_exact_max",
+            "recall_standing_condition_weight", "recall_key_lexical_max"} <= names
+
+
+@pytest.mark.parametrize("kind, name, default", NUMERIC)
+def test_a_setting_that_is_no_number_is_refused_by_name(odb, kind, name, default) -> None:
+    """Before, a bare cast said only 'invalid input syntax for type double precision'."""
+    bad = ["lots", "1e400x", "1e400", "1e-400"] + (["1.5", "99999999999"]
+                                                   if kind == "integer" else [])
+    for value in bad:
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match=rf"setting donto\.{name} must be an? "
+                                 rf"{'integer' if kind == 'integer' else 'number'}, not "):
+            _rows(odb, HISTORY, 10, **{name: value})
+        odb.rollback()
+    # a value that is one is taken as it is written, spaces and sign included
+    assert _rows(odb, HISTORY, 10) == _rows(odb, HISTORY, 10, **{name: f" +{default} "})
