@@ -191,7 +191,8 @@ def migrate(
                     typer.echo(f"-- {s.name}\n{s.text}")
             return
         applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"),
-                              lock_wait=lock_wait)
+                              lock_wait=lock_wait,
+                              on_wait=lambda text: typer.echo(f"migrate: {text}", err=True))
         if conn.execute("select has_schema_privilege('public', 'public', 'CREATE')"
                         ).fetchone()[0]:
             typer.echo("warning: every role may CREATE in schema public, which the donto "

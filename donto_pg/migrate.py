@@ -201,22 +201,23 @@ def _lock(conn: psycopg.Connection, wait: float, step: Callable[[str], None]) ->
 def migrate(conn: psycopg.Connection, *, upto: str | None = None,
             paths: list[str] | None = None,
             on_step: Callable[[str], None] | None = None,
-            lock_wait: float = 60.0) -> list[str]:
+            lock_wait: float = 60.0,
+            on_wait: Callable[[str], None] | None = None) -> list[str]:
     """Install or upgrade the donto schema in the connected database.
 
     Returns the names of the migrations applied now ([] when up to date).
     Runs in one transaction; safe to run again (a no-op for the data).
     With UPTO (tests of upgrades) only the migrations up to it run: the
     idempotent sql/ belongs to the newest version and may need later tables.
-    ON_STEP hears the name of each file before it runs (progress), and who holds the
-    migration lock when it must wait for it (at most LOCK_WAIT seconds, then an error
-    naming the holder).
+    ON_STEP hears the name of each file before it runs (progress). When another session
+    holds the migration lock, ON_WAIT (default: ON_STEP) hears who, and migrate waits at
+    most LOCK_WAIT seconds for it, then stops with an error naming the holder.
     """
     step = on_step or (lambda _name: None)
     if conn.autocommit:
         raise MigrationError("migrate needs a connection with autocommit off")
     try:
-        _lock(conn, lock_wait, step)
+        _lock(conn, lock_wait, on_wait or step)
         # The DDL guard (sql/095-ddl-guard.sql) lets this transaction, and only it, change
         # the donto schema.
         conn.execute(f"select set_config('{ALLOW_DDL}', 'on', true)")

@@ -19,6 +19,7 @@ import pytest
 from psycopg import errors
 
 from donto_pg import migrate
+from tests.conftest import run_cli
 from tests.db.test_security_definer import turns
 from tests.db.test_vector_provenance import BODY, default_model, loaded
 
@@ -159,3 +160,18 @@ def test_migrate_waits_for_its_lock_and_names_who_holds_it(db, logins, connect):
     assert any(s.startswith("sql/") for s in steps)
     # the wait is bounded by its own timeout only: the session's setting is as it was
     assert owner.execute("show lock_timeout").fetchone()[0] == "0"
+
+
+def test_migrate_on_the_command_line_says_whom_it_waits_for(db, logins):
+    holder, as_holder = logins("donto_reader")
+    h = as_holder()
+    h.execute("select pg_advisory_lock(2055)")
+    h.commit()
+    r = run_cli(db, "migrate", "--lock-wait", "0.2")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    waiting, error = r.stderr.strip().splitlines()
+    assert waiting == (f"migrate: waiting up to 0.2 s for the migration lock, held by pid "
+                       f"{h.info.backend_pid} (role {holder}, application -, idle)")
+    assert error.startswith("error: the migration lock (advisory lock 2055) is still held "
+                            f"after 0.2 s, by pid {h.info.backend_pid} (role {holder}")
+    assert "pg_terminate_backend" in error
