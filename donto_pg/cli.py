@@ -167,8 +167,9 @@ def migrate(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the SQL; change nothing.")] = False,
     lock_wait: Annotated[float, typer.Option(
-        "--lock-wait", min=0.0, help="Seconds to wait for another session's migration lock "
-        "(it is named while waiting) before giving up.")] = 60.0,
+        "--lock-wait", min=0.0, max=2_147_483.0, help="Seconds to wait for another "
+        "session's migration lock (it is named while waiting), and for each lock on a donto "
+        "table that an open transaction holds, before giving up.")] = 60.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Install or upgrade the donto schema (safe to re-run: a no-op when up to date)."""

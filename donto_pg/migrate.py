@@ -161,31 +161,48 @@ def _extension_installed(conn: psycopg.Connection) -> bool:
     return conn.execute("select 1 from pg_extension where extname = 'donto'").fetchone() is not None
 
 
-def _lock_holders(conn: psycopg.Connection) -> str:
-    """Who holds the migration lock: 'pid 123 (role mallory, application psql, idle in
-    transaction since ...)', comma-separated."""
-    rows = conn.execute(
-        "select a.pid, a.usename, a.application_name, a.state, a.xact_start "
-        "from pg_locks as l inner join pg_stat_activity as a on a.pid = l.pid "
-        "where l.locktype = 'advisory' and l.granted and l.classid = 0 and l.objid = %s "
-        "and l.objsubid = 1 and l.database = (select oid from pg_database "
-        "where datname = current_database()) order by a.pid", (_LOCK_KEY,)).fetchall()
-    return ", ".join(f"pid {pid} (role {user}, application {app or '-'}, {state}"
-                     f"{f' since {start:%Y-%m-%d %H:%M:%S}' if start else ''})"
+def _describe(rows: list[tuple]) -> str:
+    """Sessions as 'pid 123 (role mallory, application 'psql', idle in transaction since
+    ...)', comma-separated; the application name quoted, since any client sets it."""
+    return ", ".join(f"pid {pid} (role {user}, application {repr(app) if app else '-'}, "
+                     f"{state}{f' since {start:%Y-%m-%d %H:%M:%S}' if start else ''})"
                      for pid, user, app, state, start in rows) or "a session that has ended"
+
+
+_SESSIONS = ("select distinct a.pid, a.usename, a.application_name, a.state, a.xact_start "
+             "from pg_locks as l inner join pg_stat_activity as a on a.pid = l.pid "
+             "where l.granted and a.pid <> pg_backend_pid() and {} order by a.pid")
+
+
+def _lock_holders(conn: psycopg.Connection) -> str:
+    """Who holds the migration lock."""
+    return _describe(conn.execute(_SESSIONS.format(
+        "l.locktype = 'advisory' and l.classid = 0 and l.objid = %s and l.objsubid = 1 "
+        "and l.database = (select oid from pg_database where datname = current_database())"),
+        (_LOCK_KEY,)).fetchall())
+
+
+def _schema_lock_holders(conn: psycopg.Connection) -> str:
+    """Who holds a lock on a relation of schema donto (a transaction left open there keeps
+    migrate's DDL waiting)."""
+    return _describe(conn.execute(_SESSIONS.format(
+        "l.locktype = 'relation' and l.relation in (select c.oid from pg_class as c "
+        "inner join pg_namespace as n on n.oid = c.relnamespace where n.nspname = 'donto')")
+    ).fetchall())
 
 
 def _lock(conn: psycopg.Connection, wait: float, step: Callable[[str], None]) -> None:
     """Take the migration lock (an advisory lock: it is taken before the schema exists),
-    waiting at most WAIT seconds. Any role that may connect can take an advisory key, so a
-    wait names who holds it, and a wait past WAIT is an error that says so."""
-    if conn.execute("select pg_try_advisory_xact_lock(%s)", (_LOCK_KEY,)).fetchone()[0]:
-        return
-    holders = _lock_holders(conn)
-    step(f"waiting up to {wait:g} s for the migration lock, held by {holders}")
-    prev = conn.execute("select current_setting('lock_timeout')").fetchone()[0]
+    waiting at most WAIT seconds, and bound every later lock wait of this transaction by
+    WAIT too (lock_timeout): migrate's DDL waits for every open transaction that touched
+    the schema, and every query of the schema queues behind it meanwhile. Any role that may
+    connect can take an advisory key, so a wait names who holds it, and a wait past WAIT is
+    an error that says so."""
     ms = max(1, round(wait * 1000))
     conn.execute("select set_config('lock_timeout', %s, true)", (f"{ms}ms",))
+    if conn.execute("select pg_try_advisory_xact_lock(%s)", (_LOCK_KEY,)).fetchone()[0]:
+        return
+    step(f"waiting up to {wait:g} s for the migration lock, held by {_lock_holders(conn)}")
     try:
         conn.execute("select pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
     except psycopg.errors.LockNotAvailable as exc:
@@ -195,7 +212,19 @@ def _lock(conn: psycopg.Connection, wait: float, step: Callable[[str], None]) ->
             f"by {_lock_holders(conn)}: another migrate, or a session holding that key. End it "
             "(select pg_terminate_backend(<pid>)) or wait for it, then run migrate again"
         ) from exc
-    conn.execute("select set_config('lock_timeout', %s, true)", (prev,))
+
+
+def _failed(conn: psycopg.Connection, what: str, exc: psycopg.Error,
+            wait: float) -> MigrationError:
+    """The error of a file that failed; a lock wait past WAIT names who holds the schema."""
+    if not isinstance(exc, psycopg.errors.LockNotAvailable):
+        return MigrationError(f"{what} failed: {exc}")
+    conn.rollback()
+    return MigrationError(
+        f"{what} waited more than {wait:g} s for a lock on a donto table, held by "
+        f"{_schema_lock_holders(conn)}: end those transactions (select "
+        "pg_terminate_backend(<pid>)) or let them finish, then run migrate again "
+        "(nothing was changed)")
 
 
 def migrate(conn: psycopg.Connection, *, upto: str | None = None,
@@ -211,9 +240,13 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
     idempotent sql/ belongs to the newest version and may need later tables.
     ON_STEP hears the name of each file before it runs (progress). When another session
     holds the migration lock, ON_WAIT (default: ON_STEP) hears who, and migrate waits at
-    most LOCK_WAIT seconds for it, then stops with an error naming the holder.
+    most LOCK_WAIT seconds for it, then stops with an error naming the holder; so for
+    every other lock (a table of the schema that an open transaction has touched), and
+    then the error names the sessions holding locks on the schema.
     """
     step = on_step or (lambda _name: None)
+    if not 0 <= lock_wait <= 2_147_483:
+        raise MigrationError(f"lock_wait must be 0 to 2147483 seconds, not {lock_wait}")
     if conn.autocommit:
         raise MigrationError("migrate needs a connection with autocommit off")
     try:
@@ -239,7 +272,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
             try:
                 conn.execute(m.text)
             except psycopg.Error as exc:
-                raise MigrationError(f"migration {name} failed: {exc}") from exc
+                raise _failed(conn, f"migration {name}", exc, lock_wait) from exc
             conn.execute("insert into donto.migration (name, sha256) values (%s, %s)",
                          (name, m.sha256))
         write_settings(conn, paths)
@@ -248,7 +281,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
             try:
                 conn.execute(s.text)
             except psycopg.Error as exc:
-                raise MigrationError(f"sql/{s.name} failed: {exc}") from exc
+                raise _failed(conn, f"sql/{s.name}", exc, lock_wait) from exc
         conn.commit()
         return st.pending
     except BaseException:

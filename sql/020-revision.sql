@@ -12,8 +12,19 @@ as $$
    the same lock waits until the first ends. Called by the donto functions that write,
    after their checks, as the owner (they are security definers): the row lock needs
    UPDATE on donto.writer_lock, which only the owner has, so no other role can take or hold
-   these locks (advisory locks, used before 031, any connected role could). */
+   these locks (advisory locks, used before 031, any connected role could). A write
+   needs a READ COMMITTED transaction (25000 otherwise): under REPEATABLE READ or
+   SERIALIZABLE the snapshot, taken before the wait, would not see the writer it waited
+   for (two revisions could then supersede the same one). */
 begin
+    if pg_catalog.current_setting('transaction_isolation') <> 'read committed' then
+        raise exception 'donto: writing needs a READ COMMITTED transaction, not %',
+            pg_catalog.current_setting('transaction_isolation')
+            using errcode = '25000',
+                  hint = 'A snapshot taken before the wait for another writer would not see '
+                         'what it wrote: call the donto functions that write in a READ '
+                         'COMMITTED transaction (the default).';
+    end if;
     insert into donto.writer_lock (lock_class, lock_key) values (p_class, p_key)
     on conflict do nothing;
     perform from donto.writer_lock as l

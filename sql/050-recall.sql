@@ -513,7 +513,9 @@ never below donto._index_exact_max(), so a writer's SET cannot make the owner
 index every small projection.
 */
 declare
-    v_min bigint := donto._recall_integer('recall_lexical_exact_max', '10000');
+    v_min bigint := donto._recall_integer(
+        'recall_lexical_exact_max', '10000', 0, 9223372036854775807
+    );
     v_projs bigint[];
     v_proj bigint;
     v_name text;
@@ -629,10 +631,14 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    execute pg_catalog.format(
-        'create index if not exists %I on donto.embedding using hnsw '
-        '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
-        v_name, v_dim, p_model_id);
+    -- Only when missing: CREATE INDEX IF NOT EXISTS takes its SHARE lock on donto.embedding
+    -- (every insert of a vector waits) before it finds the index there.
+    if pg_catalog.to_regclass('donto.' || v_name) is null then
+        execute pg_catalog.format(
+            'create index %I on donto.embedding using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
+            v_name, v_dim, p_model_id);
+    end if;
     perform donto.ensure_context_indexes(p_model_id);
     return v_name;
 end;
@@ -765,63 +771,81 @@ $$;
 comment on function donto._recall_setting(text, text) is
 'A recall tuning setting (custom GUC donto.<name>) or its default.';
 
-create or replace function donto._recall_number(p_name text, p_default text)
+create or replace function donto._recall_number(
+    p_name text, p_default text,
+    p_min double precision default null, p_max double precision default null
+)
 returns double precision
 language plpgsql
 stable
 parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
-/* The recall setting donto.<P_NAME> (or P_DEFAULT) as a number (NaN and Infinity too:
-   the caller bounds it). A value that is no number is 22023 naming the setting; a bare
-   cast would say only "invalid input syntax for type double precision". */
+/* The recall setting donto.<P_NAME> (or P_DEFAULT) as a number, from P_MIN to P_MAX when
+   they are given (then never NaN). A value that is no number, or out of range, is 22023
+   naming the setting; a bare cast would say only "invalid input syntax for type double
+   precision", and a value out of range would fail later, unnamed. */
 declare
     v text := donto._recall_setting(p_name, p_default);
+    v_num double precision;
 begin
-    if v ~* '^\s*[-+]?(nan|inf|infinity)\s*$' then
-        return v::double precision;
-    end if;
-    if v ~* '^\s*[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)(e[-+]?[0-9]{1,3})?\s*$' then
+    if v ~* '^[ \t\n\r]*[-+]?(nan|inf|infinity)[ \t\n\r]*$' then
+        v_num := v::double precision;
+    elsif v ~* '^[ \t\n\r]*[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)(e[-+]?[0-9]{1,3})?[ \t\n\r]*$' then
         if v::numeric = 0 or pg_catalog.abs(v::numeric) between 1e-307 and 1e308 then
-            return v::double precision;
+            v_num := v::double precision;
         end if;
     end if;
-    raise exception 'donto: setting donto.% must be a number, not %', p_name,
+    if v_num is not null and (p_min is null and p_max is null or (
+            v_num >= coalesce(p_min, '-infinity') and v_num <= coalesce(p_max, 'infinity')
+            and v_num <> 'NaN')) then
+        return v_num;
+    end if;
+    raise exception 'donto: setting donto.% must be a number%, not %', p_name,
+        case when p_min is not null or p_max is not null
+             then pg_catalog.format(' from %s to %s', coalesce(p_min, '-infinity'),
+                                    coalesce(p_max, 'infinity')) else '' end,
         pg_catalog.quote_literal(v)
         using errcode = '22023',
               hint = pg_catalog.format('reset donto.%s (its default is %s)', p_name, p_default);
 end;
 $$;
 
-comment on function donto._recall_number(text, text) is
-'A numeric recall setting (donto.<name>) or its default; 22023 naming it when it is no number.';
+comment on function donto._recall_number(text, text, double precision, double precision) is
+'A numeric recall setting (donto.<name>) or its default, within bounds when given; 22023 '
+'naming it when it is no number or out of range.';
 
-create or replace function donto._recall_integer(p_name text, p_default text)
-returns integer
+create or replace function donto._recall_integer(
+    p_name text, p_default text,
+    p_min bigint default -2147483648, p_max bigint default 2147483647
+)
+returns bigint
 language plpgsql
 stable
 parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
-/* The recall setting donto.<P_NAME> (or P_DEFAULT) as an integer. A value that is no
-   integer, or lies outside -2147483648 .. 2147483647, is 22023 naming the setting. */
+/* The recall setting donto.<P_NAME> (or P_DEFAULT) as an integer from P_MIN to P_MAX
+   (default: PostgreSQL's integer range). A value that is no integer, or out of range, is
+   22023 naming the setting. */
 declare
     v text := donto._recall_setting(p_name, p_default);
 begin
-    if v ~ '^\s*[-+]?[0-9]{1,10}\s*$' then
-        if v::bigint between -2147483648 and 2147483647 then
-            return v::integer;
+    if v ~ '^[ \t\n\r]*[-+]?[0-9]{1,19}[ \t\n\r]*$' then
+        if v::numeric between p_min and p_max then
+            return v::bigint;
         end if;
     end if;
-    raise exception 'donto: setting donto.% must be an integer, not %', p_name,
-        pg_catalog.quote_literal(v)
+    raise exception 'donto: setting donto.% must be an integer from % to %, not %', p_name,
+        p_min, p_max, pg_catalog.quote_literal(v)
         using errcode = '22023',
               hint = pg_catalog.format('reset donto.%s (its default is %s)', p_name, p_default);
 end;
 $$;
 
-comment on function donto._recall_integer(text, text) is
-'An integer recall setting (donto.<name>) or its default; 22023 naming it when it is none.';
+comment on function donto._recall_integer(text, text, bigint, bigint) is
+'An integer recall setting (donto.<name>) or its default, within bounds; 22023 naming it when '
+'it is none or out of range.';
 
 create or replace function donto.recall_exact_max()
 returns bigint
@@ -835,7 +859,7 @@ The largest context (in chunks) that recall's vector arm scans exactly (setting
 donto.recall_exact_max, default 10,000); a context with more vectors gets an
 HNSW index of its own (donto.ensure_embedding_index).
 */
-    select donto._recall_integer('recall_exact_max', '10000');
+    select donto._recall_integer('recall_exact_max', '10000', 0, 9223372036854775807);
 $$;
 
 comment on function donto.recall_exact_max() is
@@ -879,8 +903,10 @@ superseded when their conversation grew and chunks recorded after P_AS_OF.
 declare
     v_weights float4[] := donto._recall_setting(
         'recall_lexical_weights', '{0.1,0.2,0.4,1.0}')::float4[];
-    v_exact_max bigint := donto._recall_integer('recall_lexical_exact_max', '10000');
-    v_budget integer := donto._recall_integer('recall_lexical_budget', '1000');
+    v_exact_max bigint := donto._recall_integer(
+        'recall_lexical_exact_max', '10000', 0, 9223372036854775807
+    );
+    v_budget integer := donto._recall_integer('recall_lexical_budget', '1000', 0);
     v_projs bigint[];
     v_n double precision;
     v_terms text[];
@@ -891,7 +917,7 @@ declare
         'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
         'told,want}')::text[];
     v_scaffold_w double precision := donto._recall_number(
-        'recall_lexical_scaffold_weight', '0.5');
+        'recall_lexical_scaffold_weight', '0.5', 0, 1e9);
     v_dfs double precision[];
     v_idfs double precision[];
     v_sel tsquery;
@@ -1267,23 +1293,23 @@ declare
     v_exact_max bigint := donto.recall_exact_max();
     v_layout text := donto._recall_setting('recall_layout', 'context');
     v_own_index boolean := false;
-    v_rrf_k double precision := donto._recall_number('recall_rrf_k', '10');
+    v_rrf_k double precision := donto._recall_number('recall_rrf_k', '10', 0, 1e9);
     v_unit text := donto._recall_setting('recall_unit', 'exchange');
-    v_pool_share double precision := donto._recall_number('recall_pool_share', '0.05');
-    v_pool_min integer := donto._recall_integer('recall_pool_min', '100');
-    v_pool_max integer := donto._recall_integer('recall_pool_max', '1000');
-    v_pool_max_index integer := donto._recall_integer('recall_pool_max_index', '100');
+    v_pool_share double precision := donto._recall_number('recall_pool_share', '0.05', 0, 1);
+    v_pool_min integer := donto._recall_integer('recall_pool_min', '100', 0);
+    v_pool_max integer := donto._recall_integer('recall_pool_max', '1000', 0);
+    v_pool_max_index integer := donto._recall_integer('recall_pool_max_index', '100', 0);
     v_slots integer := donto._recall_integer('recall_standing_slots', '8');
     v_st_chars integer := donto._recall_integer('recall_standing_chars', '1200');
-    v_after integer := donto._recall_integer('recall_standing_after', '1');
+    v_after integer := donto._recall_integer('recall_standing_after', '1', 0);
     v_at integer;
     v_grown boolean;
     v_block donto.recall_hit[];
-    v_min_sim double precision := donto._recall_number('recall_standing_min', '0.25');
-    v_w_vec double precision := donto._recall_number('recall_vector_weight', '1');
-    v_w_lex double precision := donto._recall_number('recall_lexical_weight', '1');
-    v_w_kvec double precision := donto._recall_number('recall_key_weight', '0.5');
-    v_w_klex double precision := donto._recall_number('recall_key_lexical_weight', '0.5');
+    v_min_sim double precision := donto._recall_number('recall_standing_min', '0.25', -1, 1);
+    v_w_vec double precision := donto._recall_number('recall_vector_weight', '1', 0, 1e9);
+    v_w_lex double precision := donto._recall_number('recall_lexical_weight', '1', 0, 1e9);
+    v_w_kvec double precision := donto._recall_number('recall_key_weight', '0.5', 0, 1e9);
+    v_w_klex double precision := donto._recall_number('recall_key_lexical_weight', '0.5', 0, 1e9);
     v_n bigint;
     v_total double precision;
     v_rows integer := 0;

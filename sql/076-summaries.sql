@@ -86,8 +86,9 @@ session's turns (object_lit {v: text, method, summarizer, session, meta}, valid 
 from the session's dates), with its donto.x_session_summary row. METHOD is
 'extractive' or 'abstractive'. Idempotent per (revision, session, summarizer) and
 login (donto._acts_for): the first summary this login filed stays, unless retracted,
-and its id is returned; a summary another login filed under the same summarizer name
-is not this login's (the statement names who filed it).
+and its id is returned while the login may still add to the document; a summary another
+login filed under the same summarizer name is not this login's (the statement names who
+filed it).
 */
 declare
     v_span record;
@@ -110,16 +111,18 @@ begin
         raise exception 'donto.record_session_summary: revision % has no session %',
             p_revision_id, p_session using errcode = '22023';
     end if;
-    perform donto._lock('summary', p_revision_id);
-    v_sid := donto.own_session_summary(p_revision_id, p_session, p_summarizer);
-    if v_sid is not null then
-        return v_sid;
-    end if;
+    -- Checked before the lock: a login that filed a summary here before the document was
+    -- given away would otherwise hold the new writer's lock with a call that succeeds.
     select r.document_id, d.iri into v_doc, v_iri
     from donto.revision as r inner join donto.document as d using (document_id)
     where r.revision_id = p_revision_id;
     v_ctx := donto._claim_context(donto.summary_context_iri(v_iri), 'summary', v_doc,
                                   'donto.record_session_summary');
+    perform donto._lock('summary', p_revision_id);
+    v_sid := donto.own_session_summary(p_revision_id, p_session, p_summarizer);
+    if v_sid is not null then
+        return v_sid;
+    end if;
     insert into donto.statement (
         subject, predicate, object_lit, context_id, valid_time, document_id,
         derived_from_revision, char_start, char_end

@@ -678,7 +678,7 @@ donto.recall_standing_condition_weight (default 0.5; 0: the statement alone).
         on st.statement_id = cv.statement_id and cv.model_id = p_model_id
     cross join lateral (
         select donto._recall_number(
-            'recall_standing_condition_weight', '0.5') as w
+            'recall_standing_condition_weight', '0.5', 0, 1) as w
     ) as cw
     cross join lateral (
         select (case when cv.embedding is null then 1 - (v.embedding <=> p_embedding)

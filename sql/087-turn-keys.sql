@@ -238,13 +238,15 @@ declare
         'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
         'told,want}')::text[];
     v_scaffold_w double precision := donto._recall_number(
-        'recall_lexical_scaffold_weight', '0.5');
+        'recall_lexical_scaffold_weight', '0.5', 0, 1e9);
     v_projs bigint[];
     v_tqs tsquery[];
     v_tws double precision[];
     v_dim integer;
     v_kv_ids bigint[];
-    v_lex_max bigint := donto._recall_integer('recall_key_lexical_max', '2500');
+    v_lex_max bigint := donto._recall_integer(
+        'recall_key_lexical_max', '2500', 0, 9223372036854775807
+    );
 begin
     -- The recall projections searched that have keys (none: nothing to rank), less
     -- those a changed conversation superseded by P_AS_OF (their keys would take places

@@ -51,6 +51,13 @@ revoke execute on function donto._standing_from_claims(bigint) from donto_writer
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
 revoke execute on function donto._lock(text, bigint) from donto_writer;
 revoke execute on function donto._lock_document(bigint) from donto_writer;
+-- ensure_context files a context name as the owner and checks nothing: only the definers
+-- call it, after their checks (donto._claim_context). A writer calling it could file the
+-- name another login's next load needs and hold it in its open transaction. The index
+-- helpers run inside donto.ensure_context_indexes, after its bound.
+revoke execute on function donto.ensure_context(text, text) from donto_writer;
+revoke execute on function donto._ensure_lexical_indexes() from donto_writer;
+revoke execute on function donto._ensure_key_indexes(integer) from donto_writer;
 
 do $$
 declare

@@ -313,13 +313,36 @@ def test_the_numeric_settings_are_found() -> None:
 @pytest.mark.parametrize("kind, name, default", NUMERIC)
 def test_a_setting_that_is_no_number_is_refused_by_name(odb, kind, name, default) -> None:
     """Before, a bare cast said only 'invalid input syntax for type double precision'."""
-    bad = ["lots", "1e400x", "1e400", "1e-400"] + (["1.5", "99999999999"]
-                                                   if kind == "integer" else [])
+    bad = ["lots", "1e400x", "1e400", "1e-400", "3\u2003", "\u30003"] + (
+        ["1.5", "99999999999999999999"] if kind == "integer" else [])
     for value in bad:
         with pytest.raises(psycopg.errors.InvalidParameterValue,
                            match=rf"setting donto\.{name} must be an? "
-                                 rf"{'integer' if kind == 'integer' else 'number'}, not "):
+                                 rf"{kind}( from \S+ to \S+)?, not "):
             _rows(odb, HISTORY, 10, **{name: value})
         odb.rollback()
     # a value that is one is taken as it is written, spaces and sign included
     assert _rows(odb, HISTORY, 10) == _rows(odb, HISTORY, 10, **{name: f" +{default} "})
+
+
+@pytest.mark.parametrize("name, value", [
+    ("recall_pool_share", "1.5"), ("recall_pool_share", "NaN"), ("recall_pool_share", "-0.1"),
+    ("recall_rrf_k", "-1"), ("recall_rrf_k", "Infinity"),
+    ("recall_lexical_scaffold_weight", "NaN"), ("recall_lexical_scaffold_weight", "1e308"),
+    ("recall_lexical_budget", "-1"), ("recall_key_lexical_max", "-2147483648"),
+    ("recall_vector_weight", "-1"), ("recall_standing_min", "2"),
+    ("recall_standing_condition_weight", "1.5"), ("recall_pool_min", "2147483648")])
+def test_a_setting_out_of_its_range_is_refused_by_name(odb, name, value) -> None:
+    """Each was a number that failed later, unnamed (integer out of range, division by
+    zero, a negative LIMIT, 'column "nan" does not exist')."""
+    with pytest.raises(psycopg.errors.InvalidParameterValue,
+                       match=rf"setting donto\.{name} must be an? \w+ from \S+ to \S+, not "):
+        _rows(odb, HISTORY, 10, **{name: value})
+    odb.rollback()
+
+
+def test_the_exact_scan_bounds_take_values_past_the_integers(odb) -> None:
+    """They were read as bigint before: a database set above 2^31 still recalls."""
+    big = {"recall_exact_max": "3000000000", "recall_lexical_exact_max": "3000000000",
+           "recall_key_lexical_max": "3000000000"}
+    assert _rows(odb, HISTORY, 10, **big) == _rows(odb, HISTORY, 10)

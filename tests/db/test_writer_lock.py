@@ -175,3 +175,91 @@ def test_migrate_on_the_command_line_says_whom_it_waits_for(db, logins):
     assert error.startswith("error: the migration lock (advisory lock 2055) is still held "
                             f"after 0.2 s, by pid {h.info.backend_pid} (role {holder}")
     assert "pg_terminate_backend" in error
+
+
+def test_a_writer_files_no_context_name_for_another_load(db, logins):
+    """donto.ensure_context checks nothing: a writer who filed the name of another login's
+    next context (in an open transaction) made that load wait on the name's unique index."""
+    _, as_writer = logins()
+    w = as_writer()
+    for sql in ("select donto.ensure_context('ctx:memory/episodic/chat/someone/1', 'recall')",
+                "select donto._ensure_lexical_indexes()",
+                "select donto._ensure_key_indexes(1)"):
+        with pytest.raises(errors.InsufficientPrivilege):
+            w.execute(sql)
+        w.rollback()
+
+
+def test_a_summary_filed_before_a_give_away_holds_nothing(db, logins):
+    """A login that filed a summary, then lost the document, called record_session_summary
+    again: the call returned its old id and kept the new writer's lock."""
+    alice, as_alice = logins()
+    bob, as_bob = logins()
+    a, b = as_alice(), as_bob()
+    rev = loaded(a, "doc:lock/given")
+    summary = "select donto.record_session_summary(%s, 1, %s, 'extractive', 'sx')"
+    a.execute(summary, (rev, "alice's"))
+    a.commit()
+    db.execute("select donto.give_document('doc:lock/given', %s)", (bob,))
+    db.commit()
+    with pytest.raises(errors.InsufficientPrivilege, match="belongs to " + bob):
+        a.execute(summary, (rev, "alice's again"))
+    b.execute("set lock_timeout = '3s'")
+    assert b.execute(summary, (rev, "bob's")).fetchone()[0] > 0
+    b.commit()
+    a.rollback()
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_a_write_needs_read_committed(db, logins, level):
+    """Under REPEATABLE READ a register_revision that waited for another writer took its
+    snapshot before that writer's revision: both superseded the same one (a fork)."""
+    _, as_writer = logins()
+    w = as_writer()
+    loaded(w, "doc:lock/iso")
+    w.execute(f"set transaction isolation level {level}")
+    with pytest.raises(errors.InvalidTransactionState,
+                       match="READ COMMITTED transaction, not " + level):
+        w.execute("select donto.register_revision('doc:lock/iso', %s)", (BODY + "x\n",))
+    w.rollback()
+    # reading and registering a text already there need no lock
+    w.execute(f"set transaction isolation level {level}")
+    assert w.execute("select donto.register_revision('doc:lock/iso', %s)",
+                     (BODY,)).fetchone()[0] > 0
+    w.rollback()
+
+
+def test_an_index_already_there_takes_no_lock_on_the_vectors(db, logins):
+    """CREATE INDEX IF NOT EXISTS took its SHARE lock on donto.embedding before it found the
+    index: a writer holding that open stopped every embed."""
+    _, as_writer = logins()
+    w = as_writer()
+    model = default_model(db)
+    db.execute("select donto.ensure_embedding_index(%s)", (model,))
+    db.commit()
+    w.execute("select donto.ensure_embedding_index(%s)", (model,))  # left open
+    held = db.execute("select array_agg(l.mode) from pg_locks as l "
+                      "where l.pid = %s and l.relation = 'donto.embedding'::regclass",
+                      (w.info.backend_pid,)).fetchone()[0] or []
+    db.commit()
+    assert "ShareLock" not in held
+    w.rollback()
+
+
+def test_migrate_names_the_open_transaction_its_ddl_waits_for(db, logins, connect):
+    """migrate's DDL (sql/ drops and makes triggers) waits for every open transaction that
+    read a donto table, and every query of the schema queues behind it: the wait is bounded
+    by --lock-wait too, and the error names the session."""
+    reader, as_reader = logins("donto_reader")
+    r = as_reader()
+    r.execute("select count(*) from donto.statement")  # left open
+    owner = connect()
+    with pytest.raises(migrate.MigrationError,
+                       match=rf"waited more than 1 s for a lock on a donto table, held by "
+                             rf"pid {r.info.backend_pid} \(role {reader}, application -, "
+                             r"idle in transaction"):
+        migrate.migrate(owner, lock_wait=1)
+    r.rollback()
+    assert migrate.migrate(owner, lock_wait=30) == []
+    with pytest.raises(migrate.MigrationError, match="0 to 2147483 seconds"):
+        migrate.migrate(owner, lock_wait=float("inf"))
