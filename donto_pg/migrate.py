@@ -262,7 +262,10 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
         require_superuser(conn, "donto-pg migrate", MigrationError)
         conn.execute("create extension if not exists plpython3u")
         conn.execute("create extension if not exists vector")
-        conn.execute(head().text)
+        try:
+            conn.execute(head().text)
+        except psycopg.Error as exc:
+            raise _failed(conn, f"sql/{HEAD}", exc, lock_wait) from exc
         st = status(conn, upto)
         _check(st)
         by_name = {m.name: m for m in migrations(upto)}
