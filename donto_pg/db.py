@@ -21,8 +21,13 @@ def resolve_dsn(dsn: str | None = None) -> str:
 
 def connect(dsn: str | None = None, *, autocommit: bool = False, vector: bool = True,
             **kwargs: object) -> psycopg.Connection:
-    """Open a connection; with ``vector`` the pgvector type is registered when present."""
+    """Open a connection; with ``vector`` the pgvector type is registered when present.
+    Its transactions are READ COMMITTED whatever the role's or database's default: the
+    donto functions that write refuse any other level (donto._lock)."""
     conn = psycopg.connect(resolve_dsn(dsn), autocommit=autocommit, **kwargs)
+    conn.execute("set default_transaction_isolation = 'read committed'")
+    if not autocommit:
+        conn.commit()
     if vector:
         register_vector_if_present(conn)
     return conn

@@ -216,14 +216,19 @@ def _lock(conn: psycopg.Connection, wait: float, step: Callable[[str], None]) ->
 
 def _failed(conn: psycopg.Connection, what: str, exc: psycopg.Error,
             wait: float) -> MigrationError:
-    """The error of a file that failed; a lock wait past WAIT names who holds the schema."""
-    if not isinstance(exc, psycopg.errors.LockNotAvailable):
+    """The error of a file that failed; a lock wait past WAIT, or a deadlock (the DDL of
+    sql/ locks the tables one after another, so a busy reader can deadlock with it), names
+    who holds locks on the schema."""
+    if isinstance(exc, psycopg.errors.DeadlockDetected):
+        why = "deadlocked with another session over a donto table"
+    elif isinstance(exc, psycopg.errors.LockNotAvailable):
+        why = f"waited more than {wait:g} s for a lock on a donto table"
+    else:
         return MigrationError(f"{what} failed: {exc}")
     conn.rollback()
     return MigrationError(
-        f"{what} waited more than {wait:g} s for a lock on a donto table, held by "
-        f"{_schema_lock_holders(conn)}: end those transactions (select "
-        "pg_terminate_backend(<pid>)) or let them finish, then run migrate again "
+        f"{what} {why}, held by {_schema_lock_holders(conn)}: end those transactions "
+        "(select pg_terminate_backend(<pid>)) or let them finish, then run migrate again "
         "(nothing was changed)")
 
 

@@ -978,7 +978,9 @@ begin
             using errcode = '25000',
                   hint = 'A snapshot taken before the wait for another writer would not see '
                          'what it wrote: call the donto functions that write in a READ '
-                         'COMMITTED transaction (the default).';
+                         'COMMITTED transaction (PostgreSQL''s default; check '
+                         'default_transaction_isolation of the role, the database or '
+                         'PGOPTIONS).';
     end if;
     insert into donto.writer_lock (lock_class, lock_key) values (p_class, p_key)
     on conflict do nothing;
@@ -2474,6 +2476,34 @@ comment on function donto.index_lexical(bigint) is
 'Full-text vectors (words D, user words again A) for the recall chunks of a revision that '
 'have none; idempotent; returns how many were added.';
 
+create or replace function donto._create_model_index(p_model_id integer)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, public, pg_temp
+as $$
+/* Create model P_MODEL_ID's partial HNSW cosine index over donto.embedding
+   (embedding_hnsw_m<model>) unless it is there. For the definers that call it
+   (donto.ensure_embedding_model, donto.ensure_embedding_index), as the owner; the name and
+   the dimension come from id numbers only. */
+declare
+    v_name text := 'embedding_hnsw_m' || p_model_id;
+begin
+    if pg_catalog.to_regclass('donto.' || v_name) is null then
+        execute pg_catalog.format(
+            'create index %I on donto.embedding using hnsw '
+            '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
+            v_name, (select m.dimension from donto.embedding_model as m
+                     where m.model_id = p_model_id), p_model_id);
+    end if;
+end;
+$$;
+
+comment on function donto._create_model_index(integer) is
+'Create a model''s HNSW index over every context (embedding_hnsw_m<model>) if missing; for '
+'the definers (not granted to writers).';
+
 create or replace function donto.ensure_embedding_model(
     p_name text, p_source text, p_dimension integer
 )
@@ -2494,6 +2524,7 @@ the default, all-MiniLM-L6-v2, at its dimension (384), with the package as its s
 declare
     v_id integer;
     v_dim integer;
+    v_new integer;
 begin
     if not donto._session_owns_schema()
        and not exists (select 1 from donto.embedding_model as m where m.name = p_name) then
@@ -2509,11 +2540,17 @@ begin
     insert into donto.embedding_model (name, source, dimension)
     values (p_name, p_source, p_dimension)
     on conflict (name) do nothing;
+    get diagnostics v_new = row_count;
     select m.model_id, m.dimension into strict v_id, v_dim
     from donto.embedding_model as m where m.name = p_name;
     if v_dim <> p_dimension then
         raise exception 'donto: model % is registered with dimension %, not %',
             p_name, v_dim, p_dimension using errcode = '22023';
+    end if;
+    if v_new = 1 then
+        -- Its index over every context, with its row: no later session has to make it
+        -- (donto.ensure_embedding_index).
+        perform donto._create_model_index(v_id);
     end if;
     return v_id;
 end;
@@ -2743,7 +2780,7 @@ begin
     if not donto._session_owns_schema() then
         v_min := greatest(v_min, donto._index_exact_max());
     end if;
-    perform donto._lock('lexical-indexes', 0);
+    -- The missing ones first, without the lock (none missing: nothing held).
     select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
     from (
         select p.projection_id,
@@ -2755,7 +2792,12 @@ begin
         ) as c
         where p.kind = 'recall'
     ) as x
-    where x.context_chunks > v_min;
+    where x.context_chunks > v_min
+          and pg_catalog.to_regclass(pg_catalog.format('donto.x_memory_lexical_tsv_p%s',
+                                                       x.projection_id)) is null;
+    if v_projs is not null then
+        perform donto._lock('lexical-indexes', 0);
+    end if;
     foreach v_proj in array coalesce(v_projs, '{}') loop
         v_name := pg_catalog.format('x_memory_lexical_tsv_p%s', v_proj);
         continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
@@ -2803,15 +2845,21 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    perform donto._lock('context-indexes', p_model_id);
-    -- The contexts first (no scan of donto.embedding may be open during CREATE INDEX).
+    -- The contexts missing their index first (no scan of donto.embedding may be open during
+    -- CREATE INDEX), without the lock: when none is missing, the usual case, this call
+    -- holds nothing another login's embed waits for.
     select pg_catalog.array_agg(x.context_id order by x.context_id) into v_ctxs
     from (
         select e.context_id from donto.embedding as e
         where e.model_id = p_model_id
         group by e.context_id
         having pg_catalog.count(*) > v_min
-    ) as x;
+    ) as x
+    where pg_catalog.to_regclass(pg_catalog.format('donto.embedding_hnsw_m%s_c%s', p_model_id,
+                                                   x.context_id)) is null;
+    if v_ctxs is not null then
+        perform donto._lock('context-indexes', p_model_id);
+    end if;
     foreach v_ctx in array coalesce(v_ctxs, '{}') loop
         v_name := pg_catalog.format('embedding_hnsw_m%s_c%s', p_model_id, v_ctx);
         continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
@@ -2839,7 +2887,8 @@ set search_path to pg_catalog, public, pg_temp
 as $$
 /*
 Create (if missing) the partial HNSW cosine index of one model over
-donto.embedding (embedding_hnsw_m<model>, recall over every context) and the
+donto.embedding (embedding_hnsw_m<model>, recall over every context; made with the
+model's registration since 031, and here only by the owner's session) and the
 per-context ones (donto.ensure_context_indexes); return the per-model index's name.
 */
 declare
@@ -2850,13 +2899,13 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    -- Only when missing: CREATE INDEX IF NOT EXISTS takes its SHARE lock on donto.embedding
-    -- (every insert of a vector waits) before it finds the index there.
-    if pg_catalog.to_regclass('donto.' || v_name) is null then
-        execute pg_catalog.format(
-            'create index %I on donto.embedding using hnsw '
-            '((embedding::vector(%s)) vector_cosine_ops) where model_id = %s',
-            v_name, v_dim, p_model_id);
+    -- A model's index over every context is made with its row (donto.ensure_embedding_model);
+    -- one registered before that gets it here, from the owner's session only: CREATE INDEX
+    -- holds its SHARE lock on donto.embedding (every insert of a vector waits) until the
+    -- transaction ends, and a writer could leave that open.
+    if pg_catalog.to_regclass('donto.' || v_name) is null and donto._session_owns_schema() then
+        perform donto._lock('model-index', p_model_id);
+        perform donto._create_model_index(p_model_id);
     end if;
     perform donto.ensure_context_indexes(p_model_id);
     return v_name;
@@ -8901,15 +8950,20 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    perform donto._lock('key-indexes', p_model_id);
-    -- The projections first (no scan of the table may be open during CREATE INDEX).
+    -- The projections missing their index first (no scan of the table may be open during
+    -- CREATE INDEX), without the lock: none missing, nothing held.
     select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
     from (
         select v.projection_id from donto.x_turn_key_vector as v
         where v.model_id = p_model_id
         group by v.projection_id
         having pg_catalog.count(*) > v_min
-    ) as x;
+    ) as x
+    where pg_catalog.to_regclass(pg_catalog.format('donto.x_turn_key_vector_hnsw_m%s_p%s',
+                                                   p_model_id, x.projection_id)) is null;
+    if v_projs is not null then
+        perform donto._lock('key-indexes', p_model_id);
+    end if;
     foreach v_proj in array coalesce(v_projs, '{}') loop
         v_name := pg_catalog.format('x_turn_key_vector_hnsw_m%s_p%s', p_model_id, v_proj);
         continue when pg_catalog.to_regclass('donto.' || v_name) is not null;
@@ -9241,6 +9295,7 @@ revoke execute on function donto._lock_document(bigint) from donto_writer;
 revoke execute on function donto.ensure_context(text, text) from donto_writer;
 revoke execute on function donto._ensure_lexical_indexes() from donto_writer;
 revoke execute on function donto._ensure_key_indexes(integer) from donto_writer;
+revoke execute on function donto._create_model_index(integer) from donto_writer;
 
 do $$
 declare
@@ -10142,6 +10197,7 @@ comment on function donto._scoped_key(text) is
 -- migration is covered without being named here. Rows the script itself seeds
 -- are left out of the dump, or the restore stops at a duplicate key:
 --   donto.migration        the ledger rows of the script: not dumped at all;
+--   donto.writer_lock      locks taken, not data (migration 031): not dumped at all;
 --   donto.prompt_template  the templates of donto._prompt_template_seed():
 --                          dumped without them (others, if any, are dumped).
 -- A database installed with `donto-pg migrate` has no extension: its tables are
@@ -10182,6 +10238,7 @@ begin
             n.nspname = 'donto'
             and c.relkind in ('r', 'S')
             and c.oid <> 'donto.migration'::regclass
+            and c.oid <> 'donto.writer_lock'::regclass
         order by c.relname
     loop
         v_filter := case v_rel

@@ -23,7 +23,9 @@ begin
             using errcode = '25000',
                   hint = 'A snapshot taken before the wait for another writer would not see '
                          'what it wrote: call the donto functions that write in a READ '
-                         'COMMITTED transaction (the default).';
+                         'COMMITTED transaction (PostgreSQL''s default; check '
+                         'default_transaction_isolation of the role, the database or '
+                         'PGOPTIONS).';
     end if;
     insert into donto.writer_lock (lock_class, lock_key) values (p_class, p_key)
     on conflict do nothing;

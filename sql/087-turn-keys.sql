@@ -132,15 +132,20 @@ begin
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
-    perform donto._lock('key-indexes', p_model_id);
-    -- The projections first (no scan of the table may be open during CREATE INDEX).
+    -- The projections missing their index first (no scan of the table may be open during
+    -- CREATE INDEX), without the lock: none missing, nothing held.
     select pg_catalog.array_agg(x.projection_id order by x.projection_id) into v_projs
     from (
         select v.projection_id from donto.x_turn_key_vector as v
         where v.model_id = p_model_id
         group by v.projection_id
         having pg_catalog.count(*) > v_min
-    ) as x;
+    ) as x
+    where pg_catalog.to_regclass(pg_catalog.format('donto.x_turn_key_vector_hnsw_m%s_p%s',
+                                                   p_model_id, x.projection_id)) is null;
+    if v_projs is not null then
+        perform donto._lock('key-indexes', p_model_id);
+    end if;
     foreach v_proj in array coalesce(v_projs, '{}') loop
         v_name := pg_catalog.format('x_turn_key_vector_hnsw_m%s_p%s', p_model_id, v_proj);
         continue when pg_catalog.to_regclass('donto.' || v_name) is not null;

@@ -58,6 +58,7 @@ revoke execute on function donto._lock_document(bigint) from donto_writer;
 revoke execute on function donto.ensure_context(text, text) from donto_writer;
 revoke execute on function donto._ensure_lexical_indexes() from donto_writer;
 revoke execute on function donto._ensure_key_indexes(integer) from donto_writer;
+revoke execute on function donto._create_model_index(integer) from donto_writer;
 
 do $$
 declare

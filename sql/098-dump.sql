@@ -9,6 +9,7 @@
 -- migration is covered without being named here. Rows the script itself seeds
 -- are left out of the dump, or the restore stops at a duplicate key:
 --   donto.migration        the ledger rows of the script: not dumped at all;
+--   donto.writer_lock      locks taken, not data (migration 031): not dumped at all;
 --   donto.prompt_template  the templates of donto._prompt_template_seed():
 --                          dumped without them (others, if any, are dumped).
 -- A database installed with `donto-pg migrate` has no extension: its tables are
@@ -49,6 +50,7 @@ begin
             n.nspname = 'donto'
             and c.relkind in ('r', 'S')
             and c.oid <> 'donto.migration'::regclass
+            and c.oid <> 'donto.writer_lock'::regclass
         order by c.relname
     loop
         v_filter := case v_rel

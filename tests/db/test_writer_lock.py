@@ -19,6 +19,7 @@ import pytest
 from psycopg import errors
 
 from donto_pg import migrate
+from donto_pg.db import connect as dbconnect
 from tests.conftest import run_cli
 from tests.db.test_security_definer import turns
 from tests.db.test_vector_provenance import BODY, default_model, loaded
@@ -263,3 +264,65 @@ def test_migrate_names_the_open_transaction_its_ddl_waits_for(db, logins, connec
     assert migrate.migrate(owner, lock_wait=30) == []
     with pytest.raises(migrate.MigrationError, match="0 to 2147483 seconds"):
         migrate.migrate(owner, lock_wait=float("inf"))
+
+
+def test_an_index_check_with_nothing_to_build_holds_nothing(db, logins):
+    """ensure_context_indexes took the model's shared locks on every call: a writer holding
+    one with nothing to build made every other login's embed wait (the end of donto-pg embed
+    calls it)."""
+    _, as_writer = logins()
+    w = as_writer()
+    model = default_model(db)
+    db.execute("set lock_timeout = '3s'")
+    db.commit()
+    w.execute("select donto.ensure_context_indexes(%s)", (model,))  # left open
+    w.execute("select donto.ensure_embedding_index(%s)", (model,))
+    assert db.execute("select donto.ensure_context_indexes(%s)", (model,)).fetchone()[0] == 0
+    assert db.execute("select donto.ensure_embedding_index(%s)",
+                      (model,)).fetchone()[0] == f"embedding_hnsw_m{model}"
+    db.commit()
+    w.rollback()
+
+
+def test_a_model_gets_its_index_with_its_row_and_only_the_owner_makes_a_missing_one(
+        db, logins):
+    """Between a model's registration and the end of its first embed a writer's
+    ensure_embedding_index made the model's index and held CREATE INDEX's lock on
+    donto.embedding for as long as its transaction stayed open."""
+    model = db.execute("select donto.ensure_embedding_model('lock-m', 'test', 3)").fetchone()[0]
+    index = f"donto.embedding_hnsw_m{model}"
+    assert db.execute("select to_regclass(%s) is not null", (index,)).fetchone()[0]
+    # a model registered before 031 has none: only the owner's session makes it
+    db.execute("select set_config('donto.allow_ddl', 'on', true)")
+    db.execute(f"drop index {index}")
+    db.commit()
+    _, as_writer = logins()
+    w = as_writer()
+    w.execute("select donto.ensure_embedding_index(%s)", (model,))  # left open
+    modes = db.execute("select array_agg(mode) from pg_locks where pid = %s "
+                       "and relation = 'donto.embedding'::regclass",
+                       (w.info.backend_pid,)).fetchone()[0] or []
+    assert "ShareLock" not in modes
+    assert db.execute("select to_regclass(%s) is null", (index,)).fetchone()[0]
+    db.commit()
+    w.rollback()
+    db.execute("select donto.ensure_embedding_index(%s)", (model,))
+    db.commit()
+    assert db.execute("select to_regclass(%s) is not null", (index,)).fetchone()[0]
+    db.commit()
+
+
+def test_the_clients_connections_read_committed_whatever_the_default(db, logins):
+    """A login whose default isolation was REPEATABLE READ could no longer write through
+    donto-pg (donto._lock refuses it); the package's connections set READ COMMITTED."""
+    writer, _ = logins()
+    db.execute(f"alter role {writer} set default_transaction_isolation = 'repeatable read'")
+    db.commit()
+    info = db.info
+    dsn = (f"host={info.host} port={info.port} user={writer} password=pw "
+           f"dbname={info.dbname}")
+    for autocommit in (False, True):
+        with dbconnect(dsn, autocommit=autocommit) as conn:
+            assert conn.execute("show transaction_isolation").fetchone()[0] == "read committed"
+            assert conn.execute("select donto.register_revision(%s, %s)",
+                                (f"doc:lock/rr{autocommit}", BODY)).fetchone()[0] > 0
