@@ -3640,6 +3640,66 @@ comment on function donto._recall_integer(text, text, bigint, bigint) is
 'An integer recall setting (donto.<name>) or its default, within bounds; 22023 naming it when '
 'it is none or out of range.';
 
+create or replace function donto._recall_pattern(p_name text, p_default text)
+returns text
+language plpgsql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The recall setting donto.<P_NAME> (or P_DEFAULT) as a regular expression; one that does
+   not compile is 2201B naming the setting (the match itself would not name it). */
+declare
+    v text := donto._recall_setting(p_name, p_default);
+begin
+    perform '' ~* v;
+    return v;
+exception when invalid_regular_expression then
+    raise exception 'donto: setting donto.% is no regular expression (%): %', p_name, sqlerrm,
+        pg_catalog.quote_literal(v)
+        using errcode = '2201B', hint = pg_catalog.format('reset donto.%s', p_name);
+end;
+$$;
+
+comment on function donto._recall_pattern(text, text) is
+'A regular-expression recall setting (donto.<name>) or its default; 2201B naming it when it '
+'does not compile.';
+
+create or replace function donto._recall_weights(p_name text, p_default text)
+returns float4[]
+language plpgsql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The recall setting donto.<P_NAME> (or P_DEFAULT) as the four weights of ts_rank
+   ({D, C, B, A}, each from 0 to 1); anything else is 22023 naming the setting. */
+declare
+    v text := donto._recall_setting(p_name, p_default);
+    v_arr float4[];
+begin
+    begin
+        v_arr := v::float4[];
+    exception when invalid_text_representation or numeric_value_out_of_range then
+        v_arr := null;
+    end;
+    if v_arr is not null and pg_catalog.cardinality(v_arr) = 4
+       and pg_catalog.array_ndims(v_arr) = 1
+       and not exists (select 1 from pg_catalog.unnest(v_arr) as w (x)
+                       where w.x is null or w.x = 'NaN' or w.x < 0 or w.x > 1) then
+        return v_arr;
+    end if;
+    raise exception 'donto: setting donto.% must be four weights from 0 to 1 ({D,C,B,A}), '
+        'not %', p_name, pg_catalog.quote_literal(v)
+        using errcode = '22023',
+              hint = pg_catalog.format('reset donto.%s (its default is %s)', p_name, p_default);
+end;
+$$;
+
+comment on function donto._recall_weights(text, text) is
+'The four ts_rank weights of a recall setting (donto.<name>) or its default; 22023 naming it '
+'when they are not four numbers from 0 to 1.';
+
 create or replace function donto.recall_exact_max()
 returns bigint
 language sql
@@ -3694,8 +3754,8 @@ superseded when their conversation grew and chunks recorded after P_AS_OF.
 */
 #variable_conflict use_column
 declare
-    v_weights float4[] := donto._recall_setting(
-        'recall_lexical_weights', '{0.1,0.2,0.4,1.0}')::float4[];
+    v_weights float4[] := donto._recall_weights(
+        'recall_lexical_weights', '{0.1,0.2,0.4,1.0}');
     v_exact_max bigint := donto._recall_integer(
         'recall_lexical_exact_max', '10000', 0, 9223372036854775807
     );
@@ -4120,17 +4180,17 @@ declare
     v_as_of timestamptz;
     v_origin_slots integer := donto._recall_integer('recall_origin_slots', '1');
     v_origin_pool integer := donto._recall_integer('recall_origin_pool', '50');
-    v_origin_pattern text := donto._recall_setting('recall_origin_pattern',
+    v_origin_pattern text := donto._recall_pattern('recall_origin_pattern',
         '(summar|overview|recap|chronolog|timeline|\min order\M|order in which|over time'
         '|(throughout|across) (all )?(of )?our|evolved|developed|progressed)');
     v_origins boolean;
     v_head_weight double precision := donto._recall_number('recall_head_weight', '2');
     v_head_share double precision := donto._recall_number('recall_head_share', '0.2');
     v_head_min integer := donto._recall_integer('recall_head_min_chunks', '1000');
-    v_head_pattern text := donto._recall_setting('recall_head_pattern',
+    v_head_pattern text := donto._recall_pattern('recall_head_pattern',
         '(summar|recap|overview|\msum up\M)');
     v_heads boolean;
-    v_turns_pattern text := donto._recall_setting('recall_turns_pattern',
+    v_turns_pattern text := donto._recall_pattern('recall_turns_pattern',
         '(\mi (first |ever )?(brought up|mentioned|raised)\M|order in which|\min order\M)');
     v_turns_chars integer := donto._recall_integer('recall_turns_chars', '1200');
     v_turns_pool integer := donto._recall_integer('recall_turns_pool', '60');

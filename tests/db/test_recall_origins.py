@@ -181,10 +181,12 @@ def test_bad_head_settings_are_refused(odb, name, value) -> None:
 
 def test_a_bad_head_pattern_fails_whatever_the_context_size(odb) -> None:
     # The context is below recall_head_min_chunks: the pattern is matched all the same.
-    with pytest.raises(psycopg.errors.InvalidRegularExpression):
-        _rows(odb, SUMMARY, 10, recall_head_pattern="(x")
-    odb.rollback()
-    assert _rows(odb, SUMMARY, 10, "vector", recall_head_pattern="(x")  # hybrid only
+    # It is read, and refused by name, whatever the arm (donto._recall_pattern).
+    for arms in ("hybrid", "vector"):
+        with pytest.raises(psycopg.errors.InvalidRegularExpression,
+                           match=r"setting donto\.recall_head_pattern"):
+            _rows(odb, SUMMARY, 10, arms, recall_head_pattern="(x")
+        odb.rollback()
 
 
 # --- turn blocks: a question about what the user brought up --------------------------------
@@ -346,3 +348,24 @@ def test_the_exact_scan_bounds_take_values_past_the_integers(odb) -> None:
     big = {"recall_exact_max": "3000000000", "recall_lexical_exact_max": "3000000000",
            "recall_key_lexical_max": "3000000000"}
     assert _rows(odb, HISTORY, 10, **big) == _rows(odb, HISTORY, 10)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("recall_origin_pattern", "("), ("recall_head_pattern", "(x"),
+    ("recall_turns_pattern", "[")])
+def test_a_pattern_that_does_not_compile_is_refused_by_name(odb, name, value) -> None:
+    with pytest.raises(psycopg.errors.InvalidRegularExpression,
+                       match=rf"setting donto\.{name} is no regular expression"):
+        _rows(odb, HISTORY, 10, **{name: value})
+    odb.rollback()
+
+
+@pytest.mark.parametrize("value", ["x", "{1,2}", "{NaN,0,0,1}", "{0.1,0.2,0.4,2}",
+                                   "{-1,0,0,1}", "{{1,1},{1,1}}", "{1e99,0,0,1}"])
+def test_lexical_weights_that_are_not_four_are_refused_by_name(odb, value) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue,
+                       match=r"setting donto\.recall_lexical_weights must be four weights"):
+        _rows(odb, HISTORY, 10, recall_lexical_weights=value)
+    odb.rollback()
+    assert _rows(odb, HISTORY, 10, recall_lexical_weights="{0.1, 0.2, 0.4, 1.0}") \
+        == _rows(odb, HISTORY, 10)
