@@ -1605,6 +1605,7 @@ declare
     v_have integer;
     v_bad text;
     v_login text;
+    v_may boolean;
 begin
     select r.body_chars, r.login_role into v_len, v_login
     from donto.revision as r where r.revision_id = p_revision_id;
@@ -1617,8 +1618,8 @@ begin
     -- A recorded turn table never changes, so only its first recording is serialized, and
     -- only by a session that may record it: another login's call that returns the size of
     -- the table recorded holds nothing the registrant's calls wait for.
-    if not exists (select from donto.turn as t where t.revision_id = p_revision_id)
-       and (donto._acts_for(v_login) or donto._session_owns_schema()) then
+    v_may := donto._acts_for(v_login) or donto._session_owns_schema();
+    if v_may and not exists (select from donto.turn as t where t.revision_id = p_revision_id) then
         perform donto._lock('turns', p_revision_id);
     end if;
 
@@ -1680,7 +1681,7 @@ begin
     -- Who said what is part of what a revision says: only the login that registered it,
     -- or the schema's owner, gives it its turn table. A writer who would say it otherwise
     -- registers a changed text, which names the writer.
-    if not (donto._acts_for(v_login) or donto._session_owns_schema()) then
+    if not v_may then
         raise exception 'donto.record_turns: revision % was registered by %, not by this '
             'login (%): its turn table is theirs to record', p_revision_id,
             coalesce(v_login, 'the schema''s owner'), session_user using errcode = '42501';
@@ -2892,10 +2893,9 @@ model's registration since 031, and here only by the owner's session) and the
 per-context ones (donto.ensure_context_indexes); return the per-model index's name.
 */
 declare
-    v_dim integer;
     v_name text := 'embedding_hnsw_m' || p_model_id;
 begin
-    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    perform from donto.embedding_model as m where m.model_id = p_model_id;
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;

@@ -671,10 +671,9 @@ model's registration since 031, and here only by the owner's session) and the
 per-context ones (donto.ensure_context_indexes); return the per-model index's name.
 */
 declare
-    v_dim integer;
     v_name text := 'embedding_hnsw_m' || p_model_id;
 begin
-    select m.dimension into v_dim from donto.embedding_model as m where m.model_id = p_model_id;
+    perform from donto.embedding_model as m where m.model_id = p_model_id;
     if not found then
         raise exception 'donto: no embedding model %', p_model_id using errcode = '22023';
     end if;
