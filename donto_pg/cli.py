@@ -166,6 +166,10 @@ def migrate(
     status: Annotated[bool, typer.Option("--status", help="List applied and pending.")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the SQL; change nothing.")] = False,
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Run sql/ (functions, views, triggers, grants) again even though "
+        "the database records that the same files ran here: after a hand-made change to "
+        "one of them. Without it an up-to-date migrate locks no donto table.")] = False,
     lock_wait: Annotated[float, typer.Option(
         "--lock-wait", min=0.0, max=2_147_483.0, help="Seconds to wait for another "
         "session's migration lock (it is named while waiting), and for each lock on a donto "
@@ -183,7 +187,7 @@ def migrate(
             out(st.as_dict(), as_json, "\n".join(lines) or "no migrations")
             return
         if dry_run:
-            plan = mig.plan(conn)
+            plan = mig.plan(conn, repair=repair)
             if as_json:
                 out({"plan": [{"name": s.name, "sha256": s.sha256, "sql": s.text}
                               for s in plan]}, True, "")
@@ -192,7 +196,7 @@ def migrate(
                     typer.echo(f"-- {s.name}\n{s.text}")
             return
         applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"),
-                              lock_wait=lock_wait,
+                              lock_wait=lock_wait, repair=repair,
                               on_wait=lambda text: typer.echo(f"migrate: {text}", err=True))
         if conn.execute("select has_schema_privilege('public', 'public', 'CREATE')"
                         ).fetchone()[0]:

@@ -8,7 +8,10 @@ Two kinds of SQL source (see sql/ and migrations/):
   An applied migration whose file changed afterwards stops ``migrate`` with
   an error: released migrations are frozen; a change is a new file.
 - ``sql/NNN-topic.sql`` (NNN > 000) run on every install and upgrade
-  (``create or replace``: functions, views, triggers, grants).
+  (``create or replace``: functions, views, triggers, grants), unless the database
+  records that these very files were applied here already (:func:`sources_state`):
+  replacing a view or a trigger locks its table, so an up-to-date ``migrate`` on a busy
+  database would otherwise queue every reader behind it.
 
 ``migrate`` applies all of it in ONE transaction (all or nothing), under an
 advisory lock so two deployments cannot interleave. The same sources build
@@ -30,7 +33,7 @@ import psycopg
 
 from donto_pg import resources
 from donto_pg.errors import DontoError
-from donto_pg.settings import require_superuser, write_settings
+from donto_pg.settings import is_superuser, require_superuser, write_settings
 
 ROOT = resources.PACKAGE_PARENT
 SQL_DIR = resources.data_dir("sql")
@@ -149,12 +152,54 @@ def _check(st: Status) -> None:
         )
 
 
-def plan(conn: psycopg.Connection, upto: str | None = None) -> list[Source]:
+# What the idempotent sql/ depends on besides its text: where it ran (a restore into
+# another cluster or database, pg_upgrade), as whom (it grants to current_user), the roles
+# it grants to (dropped and made again: their grants are gone), and the extensions it uses.
+_PLACE = """
+select pg_catalog.concat_ws('/', current_user,
+    (select oid from pg_catalog.pg_database where datname = pg_catalog.current_database()),
+    (select system_identifier from pg_catalog.pg_control_system()),
+    pg_catalog.current_setting('server_version_num'),
+    (select pg_catalog.string_agg(rolname || '=' || oid, ',' order by rolname)
+     from pg_catalog.pg_roles where rolname in ('donto_reader', 'donto_writer')),
+    (select pg_catalog.string_agg(extname || '=' || extversion, ',' order by extname)
+     from pg_catalog.pg_extension))
+"""
+_STATE_KEY = "sql_state"
+
+
+def sources_state(conn: psycopg.Connection) -> str:
+    """The SHA-256 of the sql/ sources and of the place they run in (database, cluster,
+    role, the donto roles, the extensions). ``migrate`` records it in donto.setting
+    'sql_state' after running sql/, and runs sql/ again only when it changed (or when
+    asked to repair)."""
+    h = hashlib.sha256(conn.execute(_PLACE).fetchone()[0].encode("utf-8"))
+    for s in [head(), *idempotent_sources()]:
+        h.update(f"\0{s.name}\0{s.sha256}".encode())
+    return h.hexdigest()
+
+
+def _sources_current(conn: psycopg.Connection) -> bool:
+    """Whether the database records that these sql/ sources ran here, as they are now."""
+    if conn.execute("select to_regclass('donto.setting') is null").fetchone()[0]:
+        return False
+    return conn.execute("select exists (select 1 from donto.setting where key = %s "
+                        "and value = to_jsonb(%s::text))",
+                        (_STATE_KEY, sources_state(conn))).fetchone()[0]
+
+
+def plan(conn: psycopg.Connection, upto: str | None = None, *,
+         repair: bool = False) -> list[Source]:
     """The SQL migrate would run, in order (for --dry-run)."""
     st = status(conn, upto)
     _check(st)
     by_name = {m.name: m for m in migrations(upto)}
-    return [head(), *(by_name[n] for n in st.pending), *idempotent_sources()]
+    # (sources_state reads the cluster's identity, which only a superuser may; migrate
+    # itself must be one.)
+    current = (not repair and not st.pending and is_superuser(conn)
+               and _sources_current(conn))
+    return [head(), *(by_name[n] for n in st.pending),
+            *([] if current or upto is not None else idempotent_sources())]
 
 
 def _extension_installed(conn: psycopg.Connection) -> bool:
@@ -236,7 +281,8 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
             paths: list[str] | None = None,
             on_step: Callable[[str], None] | None = None,
             lock_wait: float = 60.0,
-            on_wait: Callable[[str], None] | None = None) -> list[str]:
+            on_wait: Callable[[str], None] | None = None,
+            repair: bool = False) -> list[str]:
     """Install or upgrade the donto schema in the connected database.
 
     Returns the names of the migrations applied now ([] when up to date).
@@ -248,6 +294,10 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
     most LOCK_WAIT seconds for it, then stops with an error naming the holder; so for
     every other lock (a table of the schema that an open transaction has touched), and
     then the error names the sessions holding locks on the schema.
+    The idempotent sql/ is skipped when no migration is pending and the database records
+    that the same files ran here (:func:`sources_state`): an up-to-date migrate then locks
+    no donto table. REPAIR runs it all the same (after a hand-made change to a donto
+    function, trigger or grant).
     """
     step = on_step or (lambda _name: None)
     if not 0 <= lock_wait <= 2_147_483:
@@ -284,17 +334,31 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
             conn.execute("insert into donto.migration (name, sha256) values (%s, %s)",
                          (name, m.sha256))
         write_settings(conn, paths)
-        for s in idempotent_sources() if upto is None else []:
-            step(f"sql/{s.name}")
-            try:
-                conn.execute(s.text)
-            except psycopg.Error as exc:
-                raise _failed(conn, f"sql/{s.name}", exc, lock_wait) from exc
+        if upto is None:  # the sql/ of an older version may need later tables
+            _run_sources(conn, step, lock_wait, force=repair or bool(st.pending))
         conn.commit()
         return st.pending
     except BaseException:
         conn.rollback()
         raise
+
+
+def _run_sources(conn: psycopg.Connection, step: Callable[[str], None], wait: float, *,
+                 force: bool) -> None:
+    """Run the idempotent sql/, unless (not FORCE) the database records that the same
+    sources ran here; then record that they did (after: the first run makes the roles)."""
+    if not force and _sources_current(conn):
+        step("sql/: already applied here (--repair applies it again)")
+        return
+    for s in idempotent_sources():
+        step(f"sql/{s.name}")
+        try:
+            conn.execute(s.text)
+        except psycopg.Error as exc:
+            raise _failed(conn, f"sql/{s.name}", exc, wait) from exc
+    conn.execute("insert into donto.setting (key, value) values (%s, to_jsonb(%s::text)) "
+                 "on conflict (key) do update set value = excluded.value, set_at = now()",
+                 (_STATE_KEY, sources_state(conn)))
 
 
 def stale_logins(conn: psycopg.Connection) -> list[str]:

@@ -73,10 +73,14 @@ def write_settings(conn: psycopg.Connection, paths: list[str] | None = None) -> 
     )
 
 
+def is_superuser(conn: psycopg.Connection) -> bool:
+    return conn.execute("select current_setting('is_superuser')").fetchone()[0] == "on"
+
+
 def require_superuser(conn: psycopg.Connection, what: str,
                       error: type[DontoError] = InstallError) -> None:
     """Stop with what a superuser must run, before a 40-line error from the server."""
-    if conn.execute("select current_setting('is_superuser')").fetchone()[0] == "on":
+    if is_superuser(conn):
         return
     user, db = conn.execute("select current_user, current_database()").fetchone()
     raise error(

@@ -3175,6 +3175,43 @@ comment on function donto._recall_weights(text, text) is
 'The four ts_rank weights of a recall setting (donto.<name>) or its default; 22023 naming it '
 'when they are not four numbers from 0 to 1.';
 
+create or replace function donto._recall_scaffold()
+returns text[]
+language plpgsql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* donto.recall_lexical_scaffold: the stems of a question's own scaffolding ("remind",
+   "throughout", "mention"), which the lexical arms weigh down, or its default; anything but
+   a one-dimensional array of words is 22023 naming the setting. */
+declare
+    v_default constant text := '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,'
+        'give,help,know,list,mani,mention,order,previous,recal,remind,said,say,summari,talk,'
+        'tell,think,throughout,told,want}';
+    v text := donto._recall_setting('recall_lexical_scaffold', v_default);
+    v_arr text[];
+begin
+    begin
+        v_arr := v::text[];
+    exception when invalid_text_representation then
+        v_arr := null;
+    end;
+    if v_arr is not null and coalesce(pg_catalog.array_ndims(v_arr), 1) = 1
+       and pg_catalog.array_position(v_arr, null) is null then
+        return v_arr;
+    end if;
+    raise exception 'donto: setting donto.recall_lexical_scaffold must be an array of words '
+        '({word,...}), not %', pg_catalog.quote_literal(v)
+        using errcode = '22023',
+              hint = 'reset donto.recall_lexical_scaffold (its default is ' || v_default || ')';
+end;
+$$;
+
+comment on function donto._recall_scaffold() is
+'The scaffolding stems of donto.recall_lexical_scaffold or its default; 22023 naming the '
+'setting when it is not an array of words.';
+
 create or replace function donto.recall_exact_max()
 returns bigint
 language sql
@@ -3240,10 +3277,7 @@ declare
     v_terms text[];
     v_tqs tsquery[];
     v_tws double precision[];
-    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
-        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
-        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
-        'told,want}')::text[];
+    v_scaffold text[] := donto._recall_scaffold();
     v_scaffold_w double precision := donto._recall_number(
         'recall_lexical_scaffold_weight', '0.5', 0, 1e9);
     v_dfs double precision[];
@@ -9116,10 +9150,7 @@ best rank in each key arm (null: not ranked by it).
 */
 #variable_conflict use_column
 declare
-    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
-        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
-        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
-        'told,want}')::text[];
+    v_scaffold text[] := donto._recall_scaffold();
     v_scaffold_w double precision := donto._recall_number(
         'recall_lexical_scaffold_weight', '0.5', 0, 1e9);
     v_projs bigint[];

@@ -238,10 +238,7 @@ best rank in each key arm (null: not ranked by it).
 */
 #variable_conflict use_column
 declare
-    v_scaffold text[] := donto._recall_setting('recall_lexical_scaffold',
-        '{across,ask,aspect,brought,convers,differ,discuss,earlier,ever,give,help,know,list,'
-        'mani,mention,order,previous,recal,remind,said,say,summari,talk,tell,think,throughout,'
-        'told,want}')::text[];
+    v_scaffold text[] := donto._recall_scaffold();
     v_scaffold_w double precision := donto._recall_number(
         'recall_lexical_scaffold_weight', '0.5', 0, 1e9);
     v_projs bigint[];

@@ -176,6 +176,69 @@ def test_dry_run_plan_and_a_writable_public_schema(fresh_db):
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
 
 
+ALREADY = "sql/: already applied here (--repair applies it again)"
+
+
+def test_an_up_to_date_migrate_locks_no_donto_table(db, logins, connect):
+    """Replacing a view or a trigger locks its table until the migrate commits, and every
+    query of it queues behind that lock: once the database records that the same sql/ ran
+    here, migrate skips it; --repair runs it all the same."""
+    owner = connect()
+    steps: list[str] = []
+    # db is a clone of the migrated template: another database, so sql/ runs here once
+    assert migrate.migrate(owner, on_step=steps.append) == []
+    assert "sql/090-roles.sql" in steps and ALREADY not in steps
+    before = catalog(owner)
+    reader, as_reader = logins("donto_reader")
+    r = as_reader()
+    r.execute("select count(*) from donto.statement")  # a transaction left open
+    steps.clear()
+    assert migrate.migrate(owner, lock_wait=1, on_step=steps.append) == []
+    assert steps == [ALREADY]
+    assert [s.name for s in migrate.plan(owner)] == ["000-head.sql"]
+    assert len(migrate.plan(owner, repair=True)) == 1 + len(migrate.idempotent_sources())
+    with pytest.raises(migrate.MigrationError, match="waited more than 1 s for a lock"):
+        migrate.migrate(owner, lock_wait=1, repair=True)
+    r.rollback()
+    steps.clear()
+    assert migrate.migrate(owner, repair=True, on_step=steps.append) == []
+    assert "sql/090-roles.sql" in steps
+    assert catalog(owner) == before
+    owner.commit()
+    db.commit()
+    r2 = run_cli(db, "migrate", "--repair")
+    assert r2.returncode == 0 and "up to date" in r2.stdout, r2.stderr
+
+
+def test_changed_sql_sources_run_again(db, tmp_path, monkeypatch):
+    migrate.migrate(db)
+    copy = tmp_path / "sql"
+    shutil.copytree(migrate.SQL_DIR, copy)
+    comments = copy / "096-comments.sql"
+    comments.write_text(comments.read_text()
+                        + "\ncomment on table donto.setting is 'edited after release';\n")
+    monkeypatch.setattr(migrate, "SQL_DIR", copy)
+    assert [s.name for s in migrate.plan(db)][-1] == "098-dump.sql"
+    steps: list[str] = []
+    assert migrate.migrate(db, on_step=steps.append) == []
+    assert "sql/096-comments.sql" in steps
+    assert db.execute("select obj_description('donto.setting'::regclass, 'pg_class')"
+                      ).fetchone() == ("edited after release",)
+    steps.clear()
+    migrate.migrate(db, on_step=steps.append)
+    assert steps == [ALREADY]
+    # the recorded state is another place's after a restore into another database
+    monkeypatch.undo()
+    db.execute("update donto.setting set value = to_jsonb('another place'::text) "
+               "where key = 'sql_state'")
+    db.commit()
+    steps.clear()
+    migrate.migrate(db, on_step=steps.append)
+    assert "sql/096-comments.sql" in steps
+    assert db.execute("select obj_description('donto.setting'::regclass, 'pg_class')"
+                      ).fetchone() != ("edited after release",)
+
+
 def test_python_path_setting_is_written(db):
     value = db.execute("select value from donto.setting where key = 'python_path'").fetchone()[0]
     assert str(ROOT) in value

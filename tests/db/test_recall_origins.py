@@ -360,6 +360,20 @@ def test_a_pattern_that_does_not_compile_is_refused_by_name(odb, name, value) ->
     odb.rollback()
 
 
+@pytest.mark.parametrize("value", ["remind", "{remind,{x}}", "{{a,b},{c,d}}", "{remind,NULL}"])
+def test_a_scaffold_that_is_no_array_of_words_is_refused_by_name(odb, value) -> None:
+    """It was cast where it was read: 'malformed array literal', no word of the setting."""
+    for arms in ("hybrid", "lexical"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match=r"setting donto\.recall_lexical_scaffold must be an array"):
+            _rows(odb, HISTORY, 10, arms, recall_lexical_scaffold=value)
+        odb.rollback()
+    # none at all is one: the question's words all weigh the same
+    q = "Can you remind me what I mentioned earlier about my reading budget?"
+    assert _rows(odb, q, 10, "lexical", recall_lexical_scaffold="{}") \
+        != _rows(odb, q, 10, "lexical")
+
+
 @pytest.mark.parametrize("value", ["x", "{1,2}", "{NaN,0,0,1}", "{0.1,0.2,0.4,2}",
                                    "{-1,0,0,1}", "{{1,1},{1,1}}", "{1e99,0,0,1}"])
 def test_lexical_weights_that_are_not_four_are_refused_by_name(odb, value) -> None:
