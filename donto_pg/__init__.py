@@ -8,8 +8,9 @@ that ``import donto_pg`` stays light)::
     hits = donto_pg.recall(conn, "where do I live?", k=5)
 
 Errors a caller can act on are :class:`donto_pg.DontoError` (``what``, ``why``,
-``fix``; bad input is its subclass :class:`donto_pg.InputError`); database errors are
-psycopg's.
+``fix``; bad input, and an argument the database refuses, is its subclass
+:class:`donto_pg.InputError`, a document that is not stored
+:class:`donto_pg.NothingFound`); other database errors are psycopg's.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.3.0"
 
 __all__ = [
-    "Claim", "DontoError", "Hit", "InputError", "__version__", "add_conversation", "add_text",
+    "Claim", "DontoError", "Hit", "InputError", "NothingFound", "__version__", "add_conversation", "add_text",
     "claims", "connect", "ensure_schema", "read_chat_file", "recall", "recall_payload",
 ]
-_API = frozenset(__all__) - {"DontoError", "InputError", "__version__"}
+_ERRORS = frozenset({"DontoError", "InputError", "NothingFound"})
+_API = frozenset(__all__) - _ERRORS - {"__version__"}
 
 if TYPE_CHECKING:
     from donto_pg.api import (
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
         recall,
         recall_payload,
     )
-    from donto_pg.errors import DontoError, InputError
+    from donto_pg.errors import DontoError, InputError, NothingFound
 
 
 def __getattr__(name: str) -> Any:
@@ -45,7 +47,7 @@ def __getattr__(name: str) -> Any:
         from donto_pg import api
 
         return getattr(api, name)
-    if name in ("DontoError", "InputError"):
+    if name in _ERRORS:
         from donto_pg import errors
 
         return getattr(errors, name)

@@ -50,7 +50,7 @@ import psycopg
 
 from donto_pg import beam, loader
 from donto_pg import db as dbmod
-from donto_pg.errors import DontoError, InputError
+from donto_pg.errors import DontoError, InputError, NothingFound, from_database
 
 __all__ = [
     "Claim", "Hit", "add_conversation", "add_text", "claims", "connect", "ensure_schema",
@@ -62,15 +62,67 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+def _connection(conn: Any, name: str) -> psycopg.Connection:
+    """CONN, the first argument of donto_pg.NAME, if it is an open psycopg connection."""
+    if not isinstance(conn, psycopg.Connection):
+        raise InputError(f"donto_pg.{name}: the first argument must be a connection, not "
+                         f"{type(conn).__name__}", fix="conn = donto_pg.connect(dsn)")
+    if conn.closed:
+        raise DontoError(f"donto_pg.{name}: the connection is closed",
+                         fix="open another (donto_pg.connect())")
+    return conn
+
+
+def _reader(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A function that reads: check the connection (the first argument), and make what
+    the database refuses as a bad argument (SQLSTATE class 22: a k or a setting out of
+    range, an empty query, an unknown context; 55000: an as_of past the horizon) an
+    InputError, with the database's error as its cause."""
+    @functools.wraps(fn)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        _connection(args[0], fn.__name__)
+        try:
+            return fn(*args, **kwargs)
+        except psycopg.Error as exc:
+            state = exc.sqlstate or ""
+            if not (state.startswith("22") or state == "55000"):
+                raise
+            err = from_database(exc)
+            raise InputError(f"donto_pg.{fn.__name__}: {err.why or err.what}",
+                             fix=err.fix) from exc
+    return call
+
+
+def _count(value: Any, what: str, least: int) -> int:
+    """VALUE as a whole number of at least LEAST (not a bool, a float or a string)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{what} must be a whole number, got {type(value).__name__}")
+    if value < least:
+        raise InputError(f"{what} must be at least {least}, got {value}")
+    return value
+
+
+def _moment(value: Any, what: str) -> datetime.datetime | None:
+    """VALUE (None, or a datetime with its time zone) for an as_of."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime.datetime):
+        raise InputError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InputError(f"{what} has no time zone ({value.isoformat()}): the database would "
+                         "read it in its own", fix="give one: datetime.now(datetime.UTC), or "
+                         "value.astimezone() for the local time")
+    return value
+
+
 def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """A function that commits as it goes: refuse a connection (the first argument) with
     a transaction open, which it would commit or discard with whatever the caller has in
     it (writes, cursors, locks, a pending NOTIFY); roll back when FN raises, then raise."""
     @functools.wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        conn = args[0]
-        if isinstance(conn, psycopg.Connection) and \
-                conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn = _connection(args[0], fn.__name__)
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             raise DontoError(f"donto_pg.{fn.__name__}: the connection has a transaction open",
                              "it commits its own work as it goes, which would commit or "
                              "discard yours",
@@ -79,7 +131,7 @@ def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
         try:
             return fn(*args, **kwargs)
         except BaseException:
-            if isinstance(conn, psycopg.Connection) and not conn.closed and not conn.broken:
+            if not conn.closed and not conn.broken:
                 conn.rollback()
             raise
     return call
@@ -252,6 +304,7 @@ def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: b
     return rev
 
 
+@_reader
 def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | None = None,
            as_of: datetime.datetime | None = None, *, document: str | None = None,
            model: str | None = None, arms: str = "hybrid") -> list[Hit]:
@@ -266,7 +319,11 @@ def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | Non
     AS_OF answers as the database knew it then; ARMS is ``vector``, ``lexical`` or
     ``hybrid``; MODEL an embedding model that has vectors (default: the default model).
     """
-    _texts(query=query, context=context, document=document, model=model)
+    _query(query)
+    _texts(context=context, document=document, model=model)
+    _count(k, "k", 1)
+    as_of = _moment(as_of, "as_of")
+    _known(conn, context, document)
     with conn.transaction():
         rows = conn.execute(
             "select r.statement_id, r.revision_id, r.char_start, r.char_end, r.chunk_text, "
@@ -279,13 +336,21 @@ def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | Non
     return [Hit(*r) for r in rows]
 
 
+@_reader
 def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int = 20, *,
                    chunk_tokens: int | None = None, context: str | None = None,
                    document: str | None = None, as_of: datetime.datetime | None = None,
                    model: str | None = None) -> dict[str, Any]:
     """Recall packed for a model, never over MAX_TOKENS (``donto.recall_payload``):
     ``{query, memories, chunks, truncated, tokens, omitted}``."""
-    _texts(query=query, context=context, document=document, model=model)
+    _query(query)
+    _texts(context=context, document=document, model=model)
+    _count(max_tokens, "max_tokens", 1)
+    _count(k, "k", 1)
+    if chunk_tokens is not None:
+        _count(chunk_tokens, "chunk_tokens", 1)
+    as_of = _moment(as_of, "as_of")
+    _known(conn, context, document)
     with conn.transaction():
         return conn.execute(
             "select donto.recall_payload(%s::text, %s::integer, k => %s::integer, "
@@ -296,6 +361,7 @@ def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int
         ).fetchone()[0]
 
 
+@_reader
 def claims(conn: psycopg.Connection, *, document: str | None = None,
            subject: str | None = None, include_retracted: bool = False,
            limit: int = 100) -> list[Claim]:
@@ -303,6 +369,7 @@ def claims(conn: psycopg.Connection, *, document: str | None = None,
     of DOCUMENT (an IRI), about SUBJECT (case-insensitive substring); current facts
     only unless INCLUDE_RETRACTED."""
     _texts(document=document, subject=subject)
+    _count(limit, "limit", 0)
     with conn.transaction():
         rows = conn.execute(
             "select c.claim_id, c.subject, c.predicate, c.object, c.is_hypothesis, "
@@ -315,6 +382,25 @@ def claims(conn: psycopg.Connection, *, document: str | None = None,
             "order by c.claim_id limit %s::integer",
             (document, document, subject, subject, include_retracted, limit)).fetchall()
     return [Claim(*r) for r in rows]
+
+
+def _query(value: Any) -> str:
+    if not _text(value, "the query").strip():
+        raise InputError("the query is empty",
+                         fix="ask something: recall(conn, 'where do I live?')")
+    return value
+
+
+def _known(conn: psycopg.Connection, context: str | None, document: str | None) -> None:
+    """A NothingFound error for a DOCUMENT (when no CONTEXT is given) that is not stored,
+    before the query is embedded."""
+    if context is None and document is not None:
+        with conn.transaction():
+            found = conn.execute("select exists (select 1 from donto.document where iri = %s)",
+                                 (document,)).fetchone()[0]
+        if not found:
+            raise NothingFound(f"no document {document[:200]!r}",
+                               fix="see what is stored: select iri from donto.document")
 
 
 def _texts(**values: Any) -> None:
@@ -352,11 +438,16 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
                     or not 0 <= m["session"] < 2**31:
                 raise InputError(f"{where}: session {m['session']!r} is not a whole number "
                                  "from 0 to 2147483647")
+            if i and m["session"] < session:
+                raise InputError(f"{where}: session {m['session']} comes after session "
+                                 f"{session}", "a session is one stretch of the conversation",
+                                 fix="order the messages by session, or number the sessions "
+                                     "in order")
             session = m["session"]
         if role == "user" or exchange < 0:
             exchange += 1
         rows.append((role, session, _date(m.get("timestamp"), where),
-                     beam.clean_content(_content(m.get("content"), where)), exchange))
+                     beam.clean_content(_message_text(m, where)), exchange))
     # A message without a timestamp has the latest one before it in its session, else
     # the session's first (so the session's header carries its date, as in BEAM).
     first: dict[int, datetime.date] = {}
@@ -380,7 +471,7 @@ def read_chat_file(path: str | Path) -> list[dict[str, Any]]:
     ``messages`` array (an OpenAI request), or JSON Lines (one message per line)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark is not content
     except UnicodeDecodeError as exc:
         raise InputError(f"{p}: not UTF-8 text", str(exc), fix="save the file as UTF-8") from exc
     fix = "give a JSON array of messages, or JSON Lines (.jsonl)"
@@ -403,6 +494,30 @@ def read_chat_file(path: str | Path) -> list[dict[str, Any]]:
         raise InputError(f"{p}: expected a list of messages, got a {type(data).__name__}",
                          fix='give [{"role": "user", "content": "..."}, ...]')
     return data
+
+
+def _message_text(m: Mapping[str, Any], where: str) -> str:
+    """A message's content, then its tool calls (OpenAI ``tool_calls``, or the older
+    ``function_call``), one line each: ``[tool call NAME ARGUMENTS]``. A message with
+    tool calls may have no content (null or none)."""
+    calls = m.get("tool_calls")
+    if calls is None and m.get("function_call") is not None:
+        calls = [{"function": m["function_call"]}]
+    if calls is None:
+        return _content(m.get("content"), where)
+    if not isinstance(calls, list):
+        raise InputError(f"{where}: tool_calls must be a list, got {type(calls).__name__}")
+    lines = [] if m.get("content") is None else [_content(m["content"], where)]
+    for n, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        args = fn.get("arguments", "") if isinstance(fn, Mapping) else None
+        if not isinstance(name, str) or not isinstance(args, (str, Mapping)):
+            raise InputError(f"{where}: tool call {n} has no function name and arguments",
+                             fix='give {"function": {"name": ..., "arguments": "..."}}')
+        args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        lines.append(f"[tool call {name} {args}]".replace(" ]", "]"))
+    return "\n".join(lines)
 
 
 def _content(value: Any, where: str) -> str:

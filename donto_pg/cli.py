@@ -373,7 +373,7 @@ def add(
                          fix="give one chat log or text file; `load-beam` reads a directory "
                              "of BEAM conversations")
     if not path.is_file():
-        raise InputError(f"{file}: no such file")
+        raise InputError(f"{file}: " + ("not a regular file" if path.exists() else "no such file"))
     if document is not None and not document.strip():
         raise InputError("--document is empty", fix="give a document IRI, or leave it out")
     iri = document or f"file:{path.resolve()}"
@@ -386,7 +386,7 @@ def add(
             rev = api.add_conversation(conn, messages, iri, embed=not no_embed, model=model)
         else:
             try:
-                body = path.read_text(encoding="utf-8")
+                body = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no text
             except UnicodeDecodeError as exc:
                 raise InputError(f"{file}: not UTF-8 text", str(exc)) from exc
             rev = api.add_text(conn, body, iri, embed=not no_embed, model=model)
@@ -589,9 +589,6 @@ def _revisions(conn, revision: list[int] | None, conversation: list[str] | None)
 
     try:
         return extract.resolve_revisions(conn, revision, conversation)
-    except ValueError as exc:
-        raise NothingFound(str(exc), fix="see what is loaded: select iri from donto.document"
-                           ) from exc
     finally:
         conn.commit()
 
@@ -885,10 +882,18 @@ def demo(
                     provider_config)
 
 
-def _report(lines: list[str]) -> None:
+_JSON_ERRORS = False  # --json was given: an error is also one JSON object on standard output
+
+
+def _report(lines: list[str], code: int) -> None:
     typer.secho(lines[0], fg=typer.colors.RED, err=True)
     for line in lines[1:]:
         typer.echo(line, err=True)
+    if _JSON_ERRORS:
+        fix = next((ln.strip()[len("fix: "):] for ln in lines[1:]
+                    if ln.strip().startswith("fix: ")), None)
+        typer.echo(json.dumps({"ok": False, "error": lines[0].removeprefix("error: "),
+                               "fix": fix, "exit_code": code}))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -903,6 +908,8 @@ def main(argv: list[str] | None = None) -> None:
         args.remove("--debug")
         _DEBUG = True
     _DEBUG = _DEBUG or os.environ.get("DONTO_DEBUG", "") not in ("", "0")
+    global _JSON_ERRORS
+    _JSON_ERRORS = "--json" in args[:cut]
     try:
         code = app(args=args, prog_name="donto-pg", standalone_mode=False)
     except typer.TyperException as exc:  # click's usage errors: a bad option or argument
@@ -912,16 +919,17 @@ def main(argv: list[str] | None = None) -> None:
         ctx = getattr(exc, "ctx", None)
         where = f"donto-pg {ctx.command_path.split(' ', 1)[1]}" if ctx and " " in ctx.command_path \
             else "donto-pg"
+        code = getattr(exc, "exit_code", 2) or 2
         _report([f"error: {' '.join(exc.format_message().split())}",
-                 f"  fix: see `{where} --help`"])
-        sys.exit(getattr(exc, "exit_code", 2) or 2)
+                 f"  fix: see `{where} --help`"], code)
+        sys.exit(code)
     except typer.Abort:
-        _report(["interrupted"])
+        _report(["interrupted"], 130)
         sys.exit(130)
     except (Exception, KeyboardInterrupt) as exc:
         if _DEBUG:
             raise
         told = errors.explain(exc) or errors.explain_bug(exc)
-        _report(told.lines)
+        _report(told.lines, told.exit_code)
         sys.exit(told.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

@@ -54,7 +54,7 @@ from typing import Any
 import psycopg
 
 from donto_pg import loader
-from donto_pg.errors import DatabaseError
+from donto_pg.errors import DatabaseError, NothingFound
 from donto_pg.llm import ProviderError, ProviderFatalError, ProviderPool
 
 __all__ = [
@@ -86,6 +86,9 @@ BASELINE_NOTE = (
 # --- selection and projection -----------------------------------------------------------
 
 
+_LOADED = "see what is loaded: select iri from donto.document"
+
+
 def resolve_revisions(
     conn: psycopg.Connection,
     revision_ids: Iterable[int] | None = None,
@@ -98,7 +101,7 @@ def resolve_revisions(
     (``donto._latest_revision``: the latest projected for recall); with neither, the
     latest revision of every document that has a turn table and that this session may add
     to (``donto._writes_document``: a writer's own documents, every one for the owner).
-    Raises ``ValueError`` naming what was not found.
+    Raises :class:`~donto_pg.errors.NothingFound` naming what was not found.
     """
     out: list[int] = []
     if revision_ids:
@@ -107,7 +110,7 @@ def resolve_revisions(
             "select revision_id from donto.revision where revision_id = any(%s)", (ids,))}
         missing = [r for r in ids if r not in found]
         if missing:
-            raise ValueError(f"no revision {', '.join(map(str, missing))}")
+            raise NothingFound(f"no revision {', '.join(map(str, missing))}", fix=_LOADED)
         out += ids
     if conversations:
         for name in conversations:
@@ -116,7 +119,7 @@ def resolve_revisions(
                 "select donto._latest_revision(d.document_id) from donto.document as d "
                 "where d.iri = %s", (iri,)).fetchone()
             if row is None:
-                raise ValueError(f"no conversation {iri}")
+                raise NothingFound(f"no conversation {iri}", fix=_LOADED)
             out.append(row[0])
     if revision_ids is None and conversations is None:
         # every document this session may add to (a writer's own: donto._writes_document)

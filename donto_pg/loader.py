@@ -35,6 +35,8 @@ class LoadResult:
     chunks: int = 0
     questions: int = 0
     standing: int = 0
+    answering_revision: int | None = None  # recall answers from it (revision_id, but for
+    # an earlier text loaded again)
     warnings: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     error: str | None = None
@@ -162,6 +164,7 @@ class Recorded:
     appended: bool = False
     standing: int = 0
     registered_by_another: str | None = None  # a warning: the revision is another login's
+    answering_revision: int | None = None  # the document's revision recall answers from
 
 
 def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: str,
@@ -202,8 +205,11 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
             "select registered_at = now() from donto.revision where revision_id = %s",
             (rev,)).fetchone()[0]
         other = registered_by_another(conn, rev)
+        answering = conn.execute(
+            "select donto._latest_revision(document_id) from donto.revision "
+            "where revision_id = %s", (rev,)).fetchone()[0]
     return Recorded(rev, new, len(body), turns, questions, chunks, appended,
-                    standing, other)
+                    standing, other, answering)
 
 
 def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
@@ -223,6 +229,13 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
         res.appended, res.standing = rec.appended, rec.standing
         if rec.registered_by_another:
             res.warnings.append(rec.registered_by_another)
+        res.answering_revision = rec.answering_revision
+        if rec.answering_revision != rec.revision_id:
+            res.warnings.append(
+                f"revision {rec.revision_id}, this text, was loaded before revision "
+                f"{rec.answering_revision}, a later text of the document, which recall "
+                "answers from: a text loaded again does not supersede a later one (README, "
+                "Conversations that grow)")
         res.ok = True
     except psycopg.Error as exc:
         res.error = f"{conv.conversation_id}: {from_database(exc)}"

@@ -9467,7 +9467,9 @@ text, for every recall projection of the revision (its own, or one grown to it
 by donto._extend_recall), holding the turn's text (its char span
 [char_start, char_end) of the body) and its full-text vector. Idempotent and
 append-only: a turn already keyed in a projection (same header offset) is
-skipped, so a grown conversation adds keys for its new turns only. Vectors come
+skipped, so a grown conversation adds keys for its new turns only. The full-text
+vector covers a turn's first 100,000 characters (a tsvector holds at most 1 MB; the
+embedder reads far fewer). Vectors come
 from donto-pg embed (donto.ingest_turn_key_embeddings). Returns the keys added.
 */
 declare
@@ -9496,7 +9498,8 @@ begin
             key_tsv
         )
         select v_proj, rev_id, t.seq, t.header_start, t.char_start, t.char_end, t.txt,
-               pg_catalog.to_tsvector('pg_catalog.english', t.txt)
+               -- a tsvector holds at most 1 MB: a pasted log of a turn is keyed by its start
+               pg_catalog.to_tsvector('pg_catalog.english', pg_catalog.left(t.txt, 100000))
         from donto._turn_key_texts(rev_id) as t
         where not exists (select 1 from donto.x_turn_key as k
                               where k.projection_id = v_proj

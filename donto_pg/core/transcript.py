@@ -123,7 +123,11 @@ def append_rows(messages: list[Mapping[str, Any]], start: int,
         if not isinstance(content, str):
             raise ValueError(f"turn {i}: content must be a string")
         turn_id = _whole(m.get("turn_id", turn_id + 1), f"turn {i}: turn_id")
+        last_session = session
         session = _whole(m.get("session", session), f"turn {i}: session")
+        if (i or prev) and session < last_session:
+            raise ValueError(f"turn {i}: session {session} comes after session {last_session} "
+                             "(a session is one stretch of the conversation)")
         exchange = _whole(m.get("exchange", exchange + 1 if role == "user" or exchange < 0
                                 else exchange), f"turn {i}: exchange")
         date = m.get("date")

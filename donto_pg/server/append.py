@@ -12,9 +12,26 @@ def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
     (JSON {seq, turn_id, session, exchange} or None): one row (text, turns JSON), the turns
     as rows of donto.record_turns with spans in the whole body. A malformed message is
     SQLSTATE 22023."""
+    last = json.loads(prev) if prev else None
     try:
-        text, rows = append_rows(json.loads(turns), start, json.loads(prev) if prev else None)
+        text, rows = append_rows(json.loads(turns), start, last)
     except ValueError as exc:
         plpy.error(f"donto.append_turns: {exc}", sqlstate="22023")
         raise  # not reached: plpy.error raises
+    back = repeated_turn_ids(rows, last)
+    if back:
+        plpy.notice(f"donto.append_turns: turn id(s) {', '.join(map(str, back))} do not come "
+                    "after the turn before them (kept, as a load keeps repeated ids)")
     return [(text, json.dumps(rows, ensure_ascii=False))]
+
+
+def repeated_turn_ids(rows: list[dict], prev: dict | None) -> list[int]:
+    """The turn ids of appended ROWS that are not greater than the one before them (PREV,
+    the body's last turn, first)."""
+    before = prev.get("turn_id") if prev else None
+    out = []
+    for r in rows:
+        if before is not None and r["turn_id"] <= before:
+            out.append(r["turn_id"])
+        before = r["turn_id"]
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -114,9 +115,10 @@ def test_add_conversation_records_everything_once(db):
     assert db.execute("select donto.span_text(%s, %s, %s)",
                       (h.revision_id, h.char_start, h.char_end)).fetchone()[0] == h.text
     assert h.valid_from is not None and h.vector_rank is None and h.lexical_rank == 1
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no context"):
+    with pytest.raises(donto_pg.NothingFound, match="no document 'chat:other'"):
         api.recall(db, "Porto sister", document="chat:other", arms="lexical")
-    db.rollback()
+    with pytest.raises(donto_pg.InputError, match="no context ctx:other"):
+        api.recall(db, "Porto sister", context="ctx:other", arms="lexical")
 
 
 def test_add_text_recalls_but_does_not_extract(db):
@@ -268,8 +270,9 @@ def test_add_is_all_or_nothing_and_empty_messages_are_stored(db):
 
 def test_a_failed_call_leaves_the_connection_usable(db):
     api.add_conversation(db, CHAT, "chat:t/1", embed=False)
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="query is empty"):
-        api.recall(db, "", document="chat:t/1", arms="lexical")
+    with pytest.raises(InputError, match="no context ctx:t/none") as refused:  # by the database
+        api.recall(db, "Porto", context="ctx:t/none", arms="lexical")
+    assert isinstance(refused.value.__cause__, psycopg.errors.InvalidParameterValue)
     hits = api.recall(db, "Porto sister", k=3, document="chat:t/1", arms="lexical")
     assert "Porto" in hits[0].text
     with pytest.raises(InputError, match="NUL byte at character 1"):
@@ -331,8 +334,8 @@ def test_the_api_keeps_the_callers_transaction(db):
     api.add_conversation(db, CHAT, "chat:t/tx", embed=False)
     db.execute("create temp table app_log (x text)")
     db.execute("insert into app_log values ('pending')")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="query is empty"):
-        api.recall(db, "", document="chat:t/tx", arms="lexical")
+    with pytest.raises(InputError, match="no context ctx:t/none"):  # refused by the database
+        api.recall(db, "Porto", context="ctx:t/none", arms="lexical")
     assert api.recall(db, "Porto sister", k=3, document="chat:t/tx", arms="lexical")
     assert db.execute("select count(*) from app_log").fetchone() == (1,)  # still pending
     with pytest.raises(donto_pg.DontoError, match="transaction open"):
@@ -379,4 +382,133 @@ def test_bad_text_arguments_are_input_errors(db, call, needle):
     with pytest.raises(donto_pg.InputError, match=re.escape(needle)):
         call(db)
     assert db.execute("select count(*) from donto.revision").fetchone() == n
+    db.commit()
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda c: api.recall(c, "Berlin", k=0), "k must be at least 1, got 0"),
+    (lambda c: api.recall(c, "Berlin", k=True), "k must be a whole number, got bool"),
+    (lambda c: api.recall(c, "Berlin", k="10"), "k must be a whole number, got str"),
+    (lambda c: api.recall(c, "Berlin", k=2.7), "k must be a whole number, got float"),
+    (lambda c: api.recall(c, "Berlin", k=2**40), "out of range"),  # the database's word
+    (lambda c: api.recall(c, None), "the query must be a string, got NoneType"),
+    (lambda c: api.recall(c, " \n"), "the query is empty"),
+    (lambda c: api.recall(c, "Berlin", as_of=datetime.datetime(2024, 1, 1)),
+     "as_of has no time zone (2024-01-01T00:00:00)"),
+    (lambda c: api.recall(c, "Berlin", as_of=0), "as_of must be a datetime, got int"),
+    (lambda c: api.recall(c, "Berlin", arms="lexical", document="chat:t/1",
+                          as_of=datetime.datetime.now(datetime.UTC)
+                          + datetime.timedelta(days=1)), "is in the future"),
+    (lambda c: api.recall_payload(c, "Berlin", 0), "max_tokens must be at least 1"),
+    (lambda c: api.claims(c, limit=-1), "limit must be at least 0, got -1"),
+])
+def test_bad_reader_arguments_are_input_errors(db, call, needle):
+    """They were psycopg's errors (or taken as they came: k=2.7 gave 3 rows, a naive
+    as_of was read in the server's time zone)."""
+    api.add_conversation(db, CHAT, "chat:t/1", embed=False)
+    with pytest.raises(donto_pg.InputError, match=re.escape(needle)):
+        call(db)
+    assert db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert api.recall(db, "Berlin", k=2, arms="lexical", document="chat:t/1")
+
+
+def test_an_unknown_document_and_a_wrong_connection_say_so(db):
+    from donto_pg.errors import DontoError, NothingFound
+
+    with pytest.raises(NothingFound, match="no document 'chat:nobody/1'"):
+        api.recall(db, "Berlin", document="chat:nobody/1")
+    with pytest.raises(InputError, match="first argument must be a connection, not str"):
+        api.recall("postgresql://x", "Berlin")
+    with pytest.raises(InputError, match="first argument must be a connection, not str"):
+        api.add_text("postgresql://x", "hello", "doc:t/x")
+    closed = psycopg.connect(dsn_of(db))
+    closed.close()
+    for call in (lambda: api.add_text(closed, "hello", "doc:t/x", embed=False),
+                 lambda: api.claims(closed)):
+        with pytest.raises(DontoError, match="the connection is closed"):
+            call()
+
+
+def test_tool_calls_are_rendered_and_sessions_do_not_go_back(db):
+    messages = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18 C, clear"},
+        {"role": "assistant", "content": "It is 18 C and clear.",
+         "function_call": {"name": "log", "arguments": {"n": 1}}},
+    ]
+    conv = api.conversation(messages, "chat:t/tools")
+    assert [m.content for m in conv.messages][1:] == [
+        '[tool call get_weather {"city": "Paris"}]', "18 C, clear",
+        'It is 18 C and clear.\n[tool call log {"n": 1}]']
+    rev = api.add_conversation(db, messages, "chat:t/tools", embed=False)
+    assert db.execute("select strpos(body, '[tool call get_weather') > 0 from donto.revision "
+                      "where revision_id = %s", (rev,)).fetchone() == (True,)
+    db.commit()
+    with pytest.raises(InputError, match="content must be a string"):
+        api.conversation([{"role": "assistant", "content": None}], "chat:t/x")
+    with pytest.raises(InputError, match="tool call 0 has no function name"):
+        api.conversation([{"role": "assistant", "tool_calls": [{"type": "function"}]}],
+                         "chat:t/x")
+    with pytest.raises(InputError, match="message 2: session 1 comes after session 2"):
+        api.conversation([{"role": "user", "content": "a", "session": 2},
+                          {"role": "assistant", "content": "b"},
+                          {"role": "user", "content": "c", "session": 1}], "chat:t/x")
+
+
+def test_a_byte_order_mark_is_not_content(db, tmp_path):
+    chat = tmp_path / "bom.json"
+    chat.write_bytes(b"\xef\xbb\xbf" + json.dumps(CHAT).encode())
+    assert api.read_chat_file(chat) == CHAT
+    text = tmp_path / "bom.txt"
+    text.write_bytes(b"\xef\xbb\xbfNotes on Berlin.\n")
+    r = run_cli(db, "add", str(text), "--document", "doc:t/bom", "--no-embed")
+    assert r.returncode == 0, r.stderr
+    assert db.execute("select body from donto.revision join donto.document using "
+                      "(document_id) where iri = 'doc:t/bom'").fetchone() == ("Notes on Berlin.\n",)
+
+
+def test_a_pasted_log_of_a_turn_is_keyed_by_its_start(db):
+    """A user turn of more than a megabyte of distinct words: its full-text key was more
+    than a tsvector holds (54000) and the whole add failed."""
+    log = " ".join(f"event{i}x" for i in range(160_000))
+    rev = api.add_conversation(db, [{"role": "user", "content": "Here is my log: " + log},
+                                    {"role": "assistant", "content": "Thanks."}],
+                               "chat:t/log", embed=False, extraction=False)
+    row = db.execute("select length(key_text), key_tsv @@ 'event0x'::tsquery, "
+                     "key_tsv @@ 'event159999x'::tsquery from donto.x_turn_key "
+                     "where revision_id = %s", (rev,)).fetchone()
+    assert row == (len("Here is my log: " + log), True, False)
+    db.commit()
+
+
+def test_json_errors_are_json_on_standard_output(db, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{")
+    r = run_cli(db, "add", str(bad), "--json")
+    assert r.returncode == 1
+    err = json.loads(r.stdout)
+    assert err["ok"] is False and err["exit_code"] == 1 and "not valid JSON" in err["error"]
+    assert err["fix"].startswith("give a JSON array")
+    assert "error:" in r.stderr  # the lines a person reads are still there
+
+
+def test_appended_turn_ids_that_go_back_are_noticed(db):
+    api.add_conversation(db, CHAT, "chat:t/ids", embed=False)
+    notices: list[str] = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary))
+    db.execute("select donto.append_turns('chat:t/ids', %s)", (json.dumps(
+        [{"role": "user", "content": "A", "turn_id": 5},
+         {"role": "assistant", "content": "B", "turn_id": 5},
+         {"role": "user", "content": "C", "turn_id": 1}]),))
+    db.commit()
+    assert notices == ["donto.append_turns: turn id(s) 5, 1 do not come after the turn "
+                       "before them (kept, as a load keeps repeated ids)"]
+    assert [t for (t,) in db.execute("select turn_id from donto.turn join donto.revision "
+                                     "using (revision_id) join donto.document using "
+                                     "(document_id) where iri = 'chat:t/ids' and revision_id "
+                                     "= (select max(revision_id) from donto.revision) "
+                                     "order by seq")][-3:] == [5, 5, 1]
     db.commit()

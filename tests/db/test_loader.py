@@ -257,7 +257,8 @@ def test_embed_resumes_after_kill(db, tmp_path):
     r = run_cli(db, "embed", "--context", "ctx:test/copy", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["already"] == total, r.stderr
     r = run_cli(db, "embed", "--context", "ctx:test/nope", "--json")
-    assert r.returncode == 1 and "no context ctx:test/nope" in r.stderr and not r.stdout
+    assert r.returncode == 1 and "no context ctx:test/nope" in r.stderr
+    assert json.loads(r.stdout)["error"] == "no context ctx:test/nope"
 
 
 def test_psql_recall_as_reader(db, tmp_path):
@@ -281,3 +282,31 @@ def test_psql_recall_as_reader(db, tmp_path):
         reader.execute("select donto.project_recall(1, 500)")
     reader.close()
 
+
+
+def test_an_earlier_text_loaded_again_says_which_revision_answers(db, tmp_path):
+    """Full, then a shorter text (it supersedes), then the full one again: that is the
+    first revision again, which supersedes nothing; the load says so instead of
+    reporting a plain "already loaded"."""
+    full = [{"batch_number": 1, "turns": [[
+        {"role": "user", "id": 0, "time_anchor": "March-15-2024", "content": "I moved to Berlin."},
+        {"role": "assistant", "id": 1, "content": "Noted: Berlin."}],
+        [{"role": "user", "id": 2, "content": "My dog is called Rex."},
+         {"role": "assistant", "id": 3, "content": "Hello, Rex."}]]}]
+    short = [{"batch_number": 1, "turns": full[0]["turns"][:1]}]
+    roots = []
+    for name, batches in (("full", full), ("short", short)):
+        write_chat(tmp_path / name, "201", batches)
+        roots.append(str(tmp_path / name / "chats" / "100K" / "201"))
+    first, second, third = (loader.load_beam(db, root)[0] for root in (*roots, roots[0]))
+    assert first.ok and second.ok and third.ok
+    assert first.answering_revision == first.revision_id and not first.warnings
+    assert second.answering_revision == second.revision_id != first.revision_id
+    assert third.revision_id == first.revision_id and not third.new_revision
+    assert third.answering_revision == second.revision_id
+    assert [w for w in third.warnings if "a text loaded again does not supersede" in w] == [
+        f"revision {first.revision_id}, this text, was loaded before revision "
+        f"{second.revision_id}, a later text of the document, which recall answers from: a "
+        "text loaded again does not supersede a later one (README, Conversations that grow)"]
+    r = run_cli(db, "load-beam", roots[0], "--no-embed")
+    assert r.returncode == 0 and "was loaded before revision" in r.stderr, r.stderr

@@ -74,3 +74,14 @@ def test_windows_resume_at_a_boundary_of_a_shorter_body():
     new = list(recall_windows(long, 1200))
     assert new[:len(old) - 1] == old[:-1]  # greedy from the start: only the last differs
     assert list(recall_windows(long, 1200, start=old[-1][0])) == new[len(old) - 1:]
+
+
+def test_appended_sessions_do_not_go_back():
+    prev = {"seq": 3, "turn_id": 3, "session": 2, "exchange": 1, "date": None}
+    with pytest.raises(ValueError, match="turn 0: session 1 comes after session 2"):
+        transcript.append_rows([{"role": "user", "content": "x", "session": 1}], 100, prev)
+    with pytest.raises(ValueError, match="turn 1: session 0 comes after session 3"):
+        transcript.append_rows([{"role": "user", "content": "x", "session": 3},
+                                {"role": "user", "content": "y", "session": 0}], 0, None)
+    _, rows = transcript.append_rows([{"role": "user", "content": "x", "session": 2}], 100, prev)
+    assert rows[0]["session"] == 2
