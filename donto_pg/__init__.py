@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.3.0"
 
 __all__ = [
-    "Claim", "DontoError", "Hit", "InputError", "NothingFound", "__version__", "add_conversation", "add_text",
-    "claims", "connect", "ensure_schema", "read_chat_file", "recall", "recall_payload",
+    "Claim", "DontoError", "Hit", "InputError", "NothingFound", "__version__",
+    "add_conversation", "add_text", "claims", "connect", "ensure_schema", "read_chat_file",
+    "recall", "recall_payload",
 ]
 _ERRORS = frozenset({"DontoError", "InputError", "NothingFound"})
 _API = frozenset(__all__) - _ERRORS - {"__version__"}
