@@ -427,7 +427,9 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
     for i, m in enumerate(messages):
         where = f"{document_iri}: message {i}"
         if not isinstance(m, Mapping):
-            raise InputError(f"{where} is a {type(m).__name__}, not an object",
+            kind = type(m).__name__
+            raise InputError(f"{where} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not an "
+                             "object",
                              fix='give {"role": ..., "content": ...}')
         role = m.get("role")
         if not isinstance(role, str) or not _ROLE.fullmatch(role):
@@ -448,6 +450,9 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
             exchange += 1
         rows.append((role, session, _date(m.get("timestamp"), where),
                      beam.clean_content(_message_text(m, where)), exchange))
+    if not any(content.strip() for _, _, _, content, _ in rows):
+        raise InputError(f"{document_iri}: every message is empty",
+                         fix="give at least one message with text")
     # A message without a timestamp has the latest one before it in its session, else
     # the session's first (so the session's header carries its date, as in BEAM).
     first: dict[int, datetime.date] = {}

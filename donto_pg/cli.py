@@ -176,7 +176,13 @@ def migrate(
         "table that an open transaction holds, before giving up.")] = 60.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Install or upgrade the donto schema (safe to re-run: a no-op when up to date)."""
+    """Install or upgrade the donto schema (safe to re-run: a no-op when up to date).
+
+    \b
+    Examples:
+      donto-pg migrate --status
+      donto-pg migrate --dsn postgresql:///memory --lock-wait 10
+    """
     with dbmod.connect(dsn, vector=False) as conn:
         if status:
             st = mig.status(conn)
@@ -281,6 +287,11 @@ def load_beam(
     nothing behind, the others still load. Loading twice creates nothing new. A longer
     version of a loaded conversation is appended: only its new text is cut and embedded.
     The exit code is 1 if any conversation failed.
+
+    \b
+    Examples:
+      donto-pg load-beam ../shared/data/beam --scale 100K -c 1 -c 2
+      donto-pg load-beam ../shared/data/beam/chats/500K/13 --no-embed --json
     """
     from donto_pg import loader
 
@@ -295,8 +306,9 @@ def load_beam(
         if r.ok:
             state = ("appended: a longer version of the loaded one" if r.appended
                      else "new" if r.new_revision else "already loaded")
-            typer.echo(f"{r.conversation}: revision {r.revision_id} ({state}), {r.chars:,} chars, "
-                       f"{r.turns} turns, {r.chunks} chunks, {r.questions} questions")
+            typer.echo(f"{r.conversation}: revision {r.revision_id} ({state}), "
+                       f"{_n(r.chars, 'char')}, {_n(r.turns, 'turn')}, {_n(r.chunks, 'chunk')}, "
+                       f"{_n(r.questions, 'question')}")
         else:
             who = "" if r.conversation == "?" else f"{r.conversation}: "
             typer.secho(f"{who}FAILED: {r.error}", fg=typer.colors.RED, err=True)
@@ -362,7 +374,14 @@ def add(
     as_json: JsonOpt = False,
 ) -> None:
     """Add a chat log or a text file (donto_pg.add_conversation / add_text): revision,
-    turns, recall chunks, extraction blocks (chat logs only) and vectors. Idempotent."""
+    turns, recall chunks, extraction blocks (chat logs only) and vectors. Idempotent.
+
+    \b
+    Examples:
+      donto-pg add chat.json -d chat:alice/1      # OpenAI-shaped messages
+      donto-pg add notes.txt -d doc:alice/notes   # a plain text, recall only
+      donto-pg add longer-chat.json -d chat:alice/1   # grown: only the new text is cut
+    """
     from pathlib import Path
 
     from donto_pg import api, loader
@@ -400,7 +419,7 @@ def add(
     if chat:
         data["messages"] = len(messages)
     line = f"added {iri}: revision {rev} (" + (
-        f"{len(messages)} message{'s' * (len(messages) != 1)}" if chat
+        _n(len(messages), "message") if chat
         else "text, recall only") + ")"
     if sup["revisions"]:
         line += (f"; it supersedes revision {', '.join(map(str, sup['revisions']))} "
@@ -411,6 +430,11 @@ def add(
                  f"revision {answering} (a text registered before does not supersede a "
                  "later one)")
     out(data, as_json, line)
+
+
+def _n(count: int, noun: str) -> str:
+    """'1 chunk', '2,048 chunks'."""
+    return f"{count:,} {noun}{'s' * (count != 1)}"
 
 
 def _model_name(model: str) -> str:
@@ -470,7 +494,13 @@ def embed(
 ) -> None:
     """Embed every recall chunk, recall key (user turn) and standing statement (and its
     condition, "when I ask about X") that has no vector for the model (resumable;
-    kill-safe). A login other than the schema's owner embeds only what it filed."""
+    kill-safe). A login other than the schema's owner embeds only what it filed.
+
+    \b
+    Examples:
+      donto-pg embed                                   # everything pending
+      donto-pg embed --context ctx:memory/episodic/beam/100K/1 --json
+    """
     with connect(dsn) as conn:
         r = _embed(conn, model, context=context, batch=batch, page=page, chunks=not keys_only)
     data = {"model": r.model, "model_id": r.model_id, "dimension": r.dimension,
@@ -510,6 +540,11 @@ def recall(
     many statements it holds; a question about what the user brought up ("the order in
     which I brought up ...") gets blocks of the user's own turns, several to a place.
     --json gives every row with its "place".
+
+    \b
+    Examples:
+      donto-pg recall "where does my sister live?" -c chat:alice/1 -k 5
+      donto-pg recall "audiobook recommendations" -c 100K/1 --arms lexical --json
     """
     from donto_pg import embed as embedmod
     from donto_pg import loader
@@ -542,7 +577,7 @@ def recall(
                            "yet, so the vector arm does not see them: run `donto-pg embed`",
                            err=True)
             if standing and arms == "hybrid":
-                typer.echo(f"note: {standing:,} standing statement{'s' * (standing != 1)} in "
+                typer.echo(f"note: {_n(standing, 'standing statement')} in "
                            f"force ha{'ve' if standing != 1 else 's'} no vector yet, so the "
                            "standing block leaves them out: run `donto-pg embed`", err=True)
     keys = ["statement_id", "revision_id", "char_start", "char_end", "score", "valid_time",

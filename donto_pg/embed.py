@@ -74,6 +74,17 @@ def register_model(conn: psycopg.Connection, model: str | None) -> tuple[str, in
     return name, mid, dim
 
 
+def _read(conn: psycopg.Connection, sql: str, params: object) -> list[tuple]:
+    """The rows of SQL. A transaction the read opened itself (none was open) ends before the
+    caller encodes for seconds: left idle, it would hold the as_of horizon back and be
+    what idle_in_transaction_session_timeout ends; the caller's own stays open."""
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    rows = conn.execute(sql, params).fetchall()
+    if idle:
+        conn.commit()
+    return rows
+
+
 def content_key(text: str) -> bytes:
     """The key of a text in donto.embedding_cache: SHA-256 of its UTF-8 bytes."""
     return hashlib.sha256(text.encode("utf-8")).digest()
@@ -98,8 +109,8 @@ def store_vectors(conn: psycopg.Connection, rows: list[tuple[int, str]], model: 
     rows = sorted(rows, key=lambda r: len(r[1]))
     keys = [content_key(r[1]) for r in rows]
     register_vector_if_present(conn)  # binary COPY needs the vector type's loaders
-    cached = dict(conn.execute("select sha256, embedding from donto.cached_embeddings(%s, %s)",
-                               (model_id, list(set(keys)))).fetchall()) if rows and cache else {}
+    cached = dict(_read(conn, "select sha256, embedding from donto.cached_embeddings(%s, %s)",
+                        (model_id, list(set(keys))))) if rows and cache else {}
     todo = sorted({k: r[1] for k, r in zip(keys, rows, strict=True) if k not in cached}.items(),
                   key=lambda kv: len(kv[1]))
     if todo:
@@ -179,9 +190,8 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     counts: dict[str, int] = {}
     try:
         while chunks and (max_pages is None or pages < max_pages):
-            rows = conn.execute(PENDING, {"model": model_id, "context": context,
-                                          "limit": page, "anyone": False}).fetchall()
-            conn.commit()  # so that each page below commits on its own
+            rows = _read(conn, PENDING, {"model": model_id, "context": context,
+                                         "limit": page, "anyone": False})
             if not rows:
                 break
             n = store_vectors(conn, rows, model, model_id, batch=batch, counts=counts,
@@ -229,10 +239,8 @@ CONDITIONS_PENDING = ("select c.statement_id, c.cond from (select x.statement_id
 
 def _embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, pending: str,
                     ingest: str, *, context: str | None, batch: int) -> int:
-    rows = conn.execute(pending, {"model": model_id, "context": context,
-                                  "anyone": False}).fetchall()
+    rows = _read(conn, pending, {"model": model_id, "context": context, "anyone": False})
     if not rows:
-        conn.commit()
         return 0
     vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
     texts = ["[" + ",".join(f"{x:.7g}" for x in vec) + "]" for vec in vecs]
@@ -283,10 +291,9 @@ def embed_turn_keys(conn: psycopg.Connection, model: str | None, model_id: int, 
     the keys of its projections. Returns how many were added."""
     added = 0
     while True:
-        rows = conn.execute(KEYS_PENDING, {"model": model_id, "context": context,
-                                           "limit": page}).fetchall()
+        rows = _read(conn, KEYS_PENDING, {"model": model_id, "context": context,
+                                          "limit": page})
         if not rows:
-            conn.commit()
             return added
         vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
         texts = ["[" + ",".join(f"{x:.7g}" for x in vec) + "]" for vec in vecs]

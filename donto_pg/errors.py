@@ -100,7 +100,8 @@ _SQLSTATE_FIX = {
     "28000": _CONNECT_FIX,
     "28P01": _CONNECT_FIX,
     "3D000": "create the database first (createdb), or point --dsn / DONTO_DSN at another",
-    "57P01": "the server was shut down: start it again and re-run the command",
+    "57P01": "an administrator ended this session (pg_terminate_backend) or shut the server "
+             "down: check that it runs, then re-run the command",
     "53300": "the server has no free connection slot: close other clients or raise "
              "max_connections",
 }

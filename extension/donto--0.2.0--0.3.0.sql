@@ -2029,7 +2029,8 @@ comment on function donto.statements_as_of(timestamptz, date) is
 --      `donto-pg migrate` / `donto-pg extension install`.
 -- The server runs that code as its OS user, so donto.python_path is trusted only
 -- from those sources (only a superuser writes them); a value given by SET or by
--- PGOPTIONS is refused.
+-- PGOPTIONS is refused, and so is the stored one when donto.setting's owner (who may
+-- write it) is not a superuser.
 --
 -- Every PL/Python function is two lines over the server floor (donto_pg.server):
 --     if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
@@ -2098,6 +2099,25 @@ begin
                 'As a superuser: ALTER DATABASE %I SET donto.python_path = ''%s''; '
                 'then reconnect.', pg_catalog.current_database(), v_value
             );
+    end if;
+    -- The stored path names code the server runs as its OS user, so it is read only from a
+    -- table a superuser owns: the owner may write donto.setting, and an owner that is no
+    -- superuser (a restore onto a role made with a plain CREATE ROLE) must not gain the
+    -- server's OS user by it.
+    if exists (select 1 from donto.setting as s where s.key = 'python_path')
+       and not (select r.rolsuper from pg_catalog.pg_class as c
+                inner join pg_catalog.pg_roles as r on c.relowner = r.oid
+                where c.oid = 'donto.setting'::regclass) then
+        raise exception
+            'donto: donto.setting (python_path) belongs to %, not a superuser: the server '
+            'runs the code it names, so it is read only when a superuser owns it',
+            (select c.relowner::regrole from pg_catalog.pg_class as c
+             where c.oid = 'donto.setting'::regclass)
+            using errcode = '42501',
+            hint = pg_catalog.format(
+                'As a superuser: ALTER DATABASE %I SET donto.python_path = ''<dirs>'' '
+                '(`donto-pg extension python-path` prints it); then reconnect.',
+                pg_catalog.current_database());
     end if;
     return query
     select array(select pg_catalog.jsonb_array_elements_text(s.value)), 'donto.setting'

@@ -71,11 +71,23 @@ def _iter_rows_file(
     label = scale or _scale_from_name(path) or "hf"
     suffix = path.name.lower()
     if suffix.endswith(".parquet"):
-        yield from iter_parquet(path, label, keep)
+        rows = iter_parquet(path, label, keep)
     elif suffix.endswith(".json"):
-        yield from iter_json_rows(path, label, keep)
+        rows = iter_json_rows(path, label, keep)
     else:
-        yield from iter_jsonl(path, label, keep)
+        rows = iter_jsonl(path, label, keep)
+    # A file holds a conversation once: a second row of the same id would silently
+    # supersede the first (a changed conversation), so it fails alone instead.
+    seen: dict[str, str] = {}
+    for item in rows:
+        if isinstance(item, Conversation):
+            if item.conversation_id in seen:
+                yield BeamFormatError(f"conversation {item.conversation_id} appears twice in "
+                                      f"the file (first at {seen[item.conversation_id]}): "
+                                      "this row is not loaded", source=item.source)
+                continue
+            seen[item.conversation_id] = item.source
+        yield item
 
 
 def iter_beam(

@@ -22,6 +22,9 @@ def dumps(obj) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
+MIN_CAP = 200  # a smaller cap cuts blocks of a few characters, one LLM call each
+
+
 def extraction_params(params: str | None) -> str:
     """The effective segmenter parameters (defaults filled in, validated) as JSON text.
 
@@ -43,8 +46,9 @@ def extraction_params(params: str | None) -> str:
         elif isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"extraction param {key} must be an integer")
         out[key] = value
-    if out["cap"] < 1 or out["target"] < 0 or out["min_prose"] < 0:
-        raise ValueError("extraction params: cap must be >= 1, target and min_prose >= 0")
+    if out["cap"] < MIN_CAP or out["target"] < 0 or out["min_prose"] < 0:
+        raise ValueError(f"extraction params: cap must be >= {MIN_CAP} (characters; a block "
+                         "holds its turns' headers too), target and min_prose >= 0")
     return dumps(out)
 
 

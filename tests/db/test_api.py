@@ -89,6 +89,9 @@ def test_a_message_cannot_pose_as_two(db):
     ([{"role": "user", "content": "x", "timestamp": 1e20}], "timestamp 1e+20"),
     ([{"role": "user", "content": "x", "timestamp": float("nan")}], "timestamp nan"),
     ([{"role": "user", "content": "x", "timestamp": -1e15}], "timestamp -1000000000000000.0"),
+    ([{"role": "user", "content": " \n "}, {"role": "assistant", "content": ""}],
+     "chat:t/1: every message is empty"),
+    ([7], "message 0 is an int, not an object"),
 ])
 def test_malformed_messages_are_refused(messages, needle):
     with pytest.raises(InputError, match=re.escape(needle)):

@@ -310,3 +310,45 @@ def test_an_earlier_text_loaded_again_says_which_revision_answers(db, tmp_path):
         "text loaded again does not supersede a later one (README, Conversations that grow)"]
     r = run_cli(db, "load-beam", roots[0], "--no-embed")
     assert r.returncode == 0 and "was loaded before revision" in r.stderr, r.stderr
+
+
+def test_no_transaction_stays_open_while_the_model_encodes(db, connect, monkeypatch):
+    """Encoding takes seconds a page (a 100K conversation: about 20 s); a transaction left
+    open meanwhile holds the as_of horizon back, and a server's
+    idle_in_transaction_session_timeout ends the load."""
+    from donto_pg import api, embed
+    from donto_pg.core import encoder
+
+    api.add_conversation(db, [
+        {"role": "user", "content": "Always answer me in French. I moved to Berlin."},
+        {"role": "assistant", "content": "D'accord: Berlin."},
+        {"role": "user", "content": "I prefer trains to planes."},
+        {"role": "assistant", "content": "Noted."}], "chat:t/idle", embed=False)
+    watcher, pid, states = connect(autocommit=True), db.info.backend_pid, []
+    real = encoder.encode
+
+    def observed(texts, *args, **kwargs):
+        states.append(watcher.execute("select state from pg_stat_activity where pid = %s",
+                                      (pid,)).fetchone()[0])
+        return real(texts, *args, **kwargs)
+
+    monkeypatch.setattr(encoder, "encode", observed)
+    report = embed.embed_pending(db, context=db.execute(
+        "select donto.recall_context_iri('chat:t/idle')").fetchone()[0], progress=False)
+    assert report.embedded >= 1 and report.keys == 2 and report.standing >= 1
+    assert len(states) >= 3 and set(states) == {"idle"}, states
+
+
+def test_a_conversation_twice_in_a_rows_file_fails_its_second_row(db, tmp_path):
+    """The second row would have superseded the first as a changed conversation."""
+    rows = (EXAMPLES / "hf-sample" / "beam-100K-sample.jsonl").read_text().splitlines()
+    changed = json.loads(rows[0])
+    changed["chat"][0][0]["content"] = "I moved to Lima."
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join([rows[0], json.dumps(changed)]) + "\n")
+    res = loader.load_beam(db, str(twice), scale="100K")
+    (loaded,), (failed,) = [r for r in res if r.ok], [r for r in res if not r.ok]
+    assert f"appears twice in the file (first at {twice} (line 1))" in failed.error
+    assert db.execute("select count(*), min(strpos(body, 'Lima')) from donto.revision join "
+                      "donto.document using (document_id) where iri = %s",
+                      (f"beam:{loaded.conversation}",)).fetchone() == (1, 0)

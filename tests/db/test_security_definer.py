@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import errors
 
-from donto_pg import beam, loader, migrate
+from donto_pg import beam, loader, migrate, settings
 from donto_pg.db import register_vector_if_present
 from tests.conftest import EXAMPLES
 
@@ -469,3 +472,44 @@ def test_migrate_runs_again_past_the_guard(db):
     with pytest.raises(errors.InsufficientPrivilege):
         db.execute(GUARDED["drop trigger"])
     db.rollback()
+
+
+def test_an_owner_that_is_no_superuser_cannot_name_the_servers_code(db, logins):
+    """donto.setting's python_path names the code the server's Python imports, as the
+    server's OS user. A restore can leave the schema to an owner that is no superuser
+    (made with a plain CREATE ROLE); that owner may write donto.setting, so the stored
+    path is read only from a table a superuser owns."""
+    assert db.execute("select source from donto._python_path()").fetchone() == (
+        "donto.setting",)
+    db.commit()
+    owner, as_owner = logins("donto_reader")
+    evil = Path(tempfile.mkdtemp(prefix="donto-evil-"))
+    evil.chmod(0o777)
+    marker = evil / "ran"
+    (evil / "donto_pg").mkdir(mode=0o755)
+    (evil / "donto_pg" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    (evil / "donto_pg" / "__init__.py").chmod(0o644)
+    db.execute("set local donto.allow_ddl = 'on'")
+    db.execute(f"alter table donto.setting owner to {owner}")
+    db.commit()
+    try:
+        o = as_owner()
+        o.execute(f"grant all on donto.setting to {owner}")
+        o.execute("update donto.setting set value = %s where key = 'python_path'",
+                  (json.dumps([str(evil)]),))
+        o.commit()
+        _, as_reader = logins("donto_reader")
+        r = as_reader()
+        with pytest.raises(errors.InsufficientPrivilege,
+                           match=f"donto.setting \\(python_path\\) belongs to {owner}, "
+                                 "not a superuser"):
+            r.execute("select donto._py_boot()")
+        r.rollback()
+        assert not marker.exists()
+    finally:
+        db.rollback()
+        db.execute("set local donto.allow_ddl = 'on'")
+        db.execute("alter table donto.setting owner to current_user")
+        settings.write_settings(db)
+        db.commit()
+        shutil.rmtree(evil, ignore_errors=True)

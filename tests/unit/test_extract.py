@@ -75,7 +75,8 @@ def test_extraction_params_fill_defaults_and_refuse_bad_values():
     assert json.loads(extraction.extraction_params('{"cap": 3000}'))["cap"] == 3000
     for bad, match in (('{"size": 1}', "unknown"), ('{"cap": "big"}', "integer"),
                        ('{"cap": true}', "integer"), ('{"keep_exchange": 1}', "true or false"),
-                       ('{"cap": 0}', "cap must be"), ("[1]", "JSON object")):
+                       ('{"cap": 0}', "cap must be >= 200"), ('{"cap": 199}', "cap must be"),
+                       ("[1]", "JSON object")):
         with pytest.raises(ValueError, match=match):
             extraction.extraction_params(bad)
 
