@@ -40,6 +40,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,11 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+def _first(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The connection argument, given first or as conn=."""
+    return args[0] if args else kwargs.get("conn")
+
+
 def _connection(conn: Any, name: str) -> psycopg.Connection:
     """CONN, the first argument of donto_pg.NAME, if it is an open psycopg connection."""
     if not isinstance(conn, psycopg.Connection):
@@ -80,7 +86,7 @@ def _reader(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     InputError, with the database's error as its cause."""
     @functools.wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        _connection(args[0], fn.__name__)
+        _connection(_first(args, kwargs), fn.__name__)
         try:
             return fn(*args, **kwargs)
         except psycopg.Error as exc:
@@ -94,20 +100,35 @@ def _reader(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 def _count(value: Any, what: str, least: int) -> int:
-    """VALUE as a whole number of at least LEAST (not a bool, a float or a string)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{what} must be a whole number, got {type(value).__name__}")
+    """VALUE as a whole number of at least LEAST: an int or any integer type (numpy's),
+    not a bool, a float or a string."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise InputError(f"{what} must be a whole number, got {type(value).__name__}") from None
     if value < least:
         raise InputError(f"{what} must be at least {least}, got {value}")
     return value
 
 
 def _moment(value: Any, what: str) -> datetime.datetime | None:
-    """VALUE (None, or a datetime with its time zone) for an as_of."""
+    """VALUE (None, or a datetime with its time zone, or an ISO 8601 text of one) for an
+    as_of. A date, or a datetime without a time zone, names no moment: the database would
+    read it in its own time zone."""
     if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            value = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise InputError(f"{what} {value[:100]!r} is not an ISO 8601 date-time",
+                             fix="e.g. 2024-03-02T10:00:00+00:00") from exc
     if not isinstance(value, datetime.datetime):
-        raise InputError(f"{what} must be a datetime, got {type(value).__name__}")
+        raise InputError(f"{what} must be a datetime, got {type(value).__name__}",
+                         fix="for the start of a day: datetime.datetime(2024, 3, 2, "
+                             "tzinfo=datetime.UTC)")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InputError(f"{what} has no time zone ({value.isoformat()}): the database would "
                          "read it in its own", fix="give one: datetime.now(datetime.UTC), or "
@@ -121,7 +142,7 @@ def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     it (writes, cursors, locks, a pending NOTIFY); roll back when FN raises, then raise."""
     @functools.wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        conn = _connection(args[0], fn.__name__)
+        conn = _connection(_first(args, kwargs), fn.__name__)
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             raise DontoError(f"donto_pg.{fn.__name__}: the connection has a transaction open",
                              "it commits its own work as it goes, which would commit or "
@@ -321,7 +342,7 @@ def recall(conn: psycopg.Connection, query: str, k: int = 10, context: str | Non
     """
     _query(query)
     _texts(context=context, document=document, model=model)
-    _count(k, "k", 1)
+    k = _count(k, "k", 1)
     as_of = _moment(as_of, "as_of")
     _known(conn, context, document)
     with conn.transaction():
@@ -345,10 +366,9 @@ def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int
     ``{query, memories, chunks, truncated, tokens, omitted}``."""
     _query(query)
     _texts(context=context, document=document, model=model)
-    _count(max_tokens, "max_tokens", 1)
-    _count(k, "k", 1)
+    max_tokens, k = _count(max_tokens, "max_tokens", 1), _count(k, "k", 1)
     if chunk_tokens is not None:
-        _count(chunk_tokens, "chunk_tokens", 1)
+        chunk_tokens = _count(chunk_tokens, "chunk_tokens", 1)
     as_of = _moment(as_of, "as_of")
     _known(conn, context, document)
     with conn.transaction():
@@ -364,12 +384,13 @@ def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int
 @_reader
 def claims(conn: psycopg.Connection, *, document: str | None = None,
            subject: str | None = None, include_retracted: bool = False,
-           limit: int = 100) -> list[Claim]:
+           limit: int | None = 100) -> list[Claim]:
     """Extracted claims with their evidence (``donto.claim_provenance``), oldest first:
     of DOCUMENT (an IRI), about SUBJECT (case-insensitive substring); current facts
     only unless INCLUDE_RETRACTED."""
     _texts(document=document, subject=subject)
-    _count(limit, "limit", 0)
+    if limit is not None:
+        limit = _count(limit, "limit", 0)
     with conn.transaction():
         rows = conn.execute(
             "select c.claim_id, c.subject, c.predicate, c.object, c.is_hypothesis, "
@@ -424,6 +445,7 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
                          "{role, content} objects")
     rows: list[tuple[str, int, datetime.date | None, str, int]] = []
     session, exchange = 1, -1
+    numbered = None  # the last session a message numbered (a default does not count)
     for i, m in enumerate(messages):
         where = f"{document_iri}: message {i}"
         if not isinstance(m, Mapping):
@@ -440,12 +462,12 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
                     or not 0 <= m["session"] < 2**31:
                 raise InputError(f"{where}: session {m['session']!r} is not a whole number "
                                  "from 0 to 2147483647")
-            if i and m["session"] < session:
+            if numbered is not None and m["session"] < numbered:
                 raise InputError(f"{where}: session {m['session']} comes after session "
-                                 f"{session}", "a session is one stretch of the conversation",
+                                 f"{numbered}", "a session is one stretch of the conversation",
                                  fix="order the messages by session, or number the sessions "
                                      "in order")
-            session = m["session"]
+            session = numbered = m["session"]
         if role == "user" or exchange < 0:
             exchange += 1
         rows.append((role, session, _date(m.get("timestamp"), where),

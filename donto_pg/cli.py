@@ -200,6 +200,8 @@ def migrate(
             else:
                 for s in plan:
                     typer.echo(f"-- {s.name}\n{s.text}")
+                if not plan:
+                    typer.echo(f"-- nothing to run: {mig.ALREADY}")
             return
         applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"),
                               lock_wait=lock_wait, repair=repair,
@@ -423,8 +425,8 @@ def add(
         else "text, recall only") + ")"
     if sup["revisions"]:
         line += (f"; it supersedes revision {', '.join(map(str, sup['revisions']))} "
-                 f"({sup['statements']} chunks and standing statements retracted; recall "
-                 "with as_of before now finds them)")
+                 f"({_n(sup['statements'], 'statement')} of chunks and standing memory "
+                 "retracted; recall with as_of before now finds them)")
     if answering != rev:
         line += (f"; this is an earlier text of the document: recall still answers from "
                  f"revision {answering} (a text registered before does not supersede a "

@@ -46,10 +46,12 @@ def register_vector_if_present(conn: psycopg.Connection) -> bool:
 
 def require_schema(conn: psycopg.Connection) -> None:
     """Raise :class:`~donto_pg.errors.SchemaMissing` unless the donto schema is installed,
-    and :class:`~donto_pg.errors.SchemaVersion` when it is of another donto-pg version
-    (``donto.sql_version()``; a release before it had none)."""
-    from donto_pg import __version__
-    from donto_pg.errors import SchemaMissing, SchemaVersion
+    :class:`~donto_pg.errors.SchemaVersion` when it is of another donto-pg version
+    (``donto.sql_version()``; a release before it had none), and
+    :class:`~donto_pg.errors.SchemaBehind` when it is this version but lacks some of its
+    migrations (an earlier build of an unreleased version; migrate: not yet migrated)."""
+    from donto_pg import __version__, resources
+    from donto_pg.errors import SchemaBehind, SchemaMissing, SchemaVersion
 
     has, versioned, extension = conn.execute(
         "select to_regclass('donto.migration') is not null, "
@@ -61,9 +63,15 @@ def require_schema(conn: psycopg.Connection) -> None:
     elif extension:  # a release before donto.sql_version(): the extension's own version
         version = conn.execute("select extversion from pg_extension where extname = 'donto'"
                                ).fetchone()[0]
+    ledger = {name for (name,) in conn.execute("select name from donto.migration")} \
+        if has else set()
     if not conn.autocommit:
         conn.commit()
     if not has:
         raise SchemaMissing(f"{conn.info.dbname} has no donto.migration table")
     if version is not None and version != __version__:
         raise SchemaVersion(version, __version__, extension)
+    missing = sorted(p.name for p in resources.data_dir("migrations").glob("*.sql")
+                     if p.name not in ledger)
+    if missing:
+        raise SchemaBehind(missing, __version__, extension)

@@ -69,6 +69,19 @@ class SchemaVersion(DatabaseError):
                              f"or use donto-pg {database}")
 
 
+class SchemaBehind(DatabaseError):
+    """The connected database's donto schema is this donto-pg's version, but an earlier
+    build of it: migrations of this build are not in its ledger."""
+
+    def __init__(self, missing: list[str], client: str, extension: bool) -> None:
+        fix = ("an unreleased version has no ALTER EXTENSION path between its builds: dump "
+               "the data (pg_dump --data-only --schema donto), DROP EXTENSION donto CASCADE, "
+               "CREATE EXTENSION donto CASCADE, restore the data; or use the donto-pg build "
+               "the database was made with" if extension else "run `donto-pg migrate`")
+        super().__init__(f"the database's donto schema is an earlier build of {client}: it "
+                         f"lacks migration(s) {', '.join(missing)}", fix=fix)
+
+
 @dataclass(frozen=True)
 class Explained:
     """An error as the CLI prints it: one or two lines and an exit code."""

@@ -9,9 +9,9 @@ Two kinds of SQL source (see sql/ and migrations/):
   an error: released migrations are frozen; a change is a new file.
 - ``sql/NNN-topic.sql`` (NNN > 000) run on every install and upgrade
   (``create or replace``: functions, views, triggers, grants), unless the database
-  records that these very files were applied here already (:func:`sources_state`):
-  replacing a view or a trigger locks its table, so an up-to-date ``migrate`` on a busy
-  database would otherwise queue every reader behind it.
+  records that these very files were applied here already and that what they made is
+  unchanged (:func:`sources_state`): replacing a view or a trigger locks its table, so an
+  up-to-date ``migrate`` on a busy database would otherwise queue every reader behind it.
 
 ``migrate`` applies all of it in ONE transaction (all or nothing), under an
 advisory lock so two deployments cannot interleave. The same sources build
@@ -166,14 +166,63 @@ select pg_catalog.concat_ws('/', current_user,
      from pg_catalog.pg_extension))
 """
 _STATE_KEY = "sql_state"
+# What sql/ makes, as the catalog has it now: functions (text, settings, owner, grants),
+# relations (kind, grants, comments, view text), column grants and comments, triggers (and
+# whether they fire), event triggers, the schemas' grants. A hand-made change, a restore
+# in place without grants (pg_restore --clean --no-acl), an older donto-pg's migrate of
+# the same version or a dropped function makes it differ from what migrate recorded, and
+# then sql/ runs again. (Indexes are not in it: recall builds some as contexts grow.)
+_CATALOG = """
+select pg_catalog.md5(pg_catalog.string_agg(x, E'\n' order by x)) from (
+    select 'f ' || p.oid::regprocedure::text || ' ' || pg_catalog.md5(p.prosrc) || ' '
+           || p.provolatile::text || p.prosecdef::text || ' ' || l.lanname || ' '
+           || p.proowner::regrole::text || ' '
+           || coalesce(pg_catalog.array_to_string(p.proconfig, ','), '') || ' '
+           || coalesce(p.proacl::text, '') as x
+    from pg_catalog.pg_proc as p inner join pg_catalog.pg_language as l on p.prolang = l.oid
+    where p.pronamespace in ('donto'::regnamespace, 'donto_guard'::regnamespace)
+    union all
+    select 'r ' || c.oid::regclass::text || ' ' || c.relkind::text || ' '
+           || c.relowner::regrole::text
+           || ' ' || coalesce(c.relacl::text, '') || ' '
+           || coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), '') || ' '
+           || case when c.relkind = 'v' then pg_catalog.md5(pg_catalog.pg_get_viewdef(c.oid))
+                   else '' end
+    from pg_catalog.pg_class as c
+    where c.relnamespace = 'donto'::regnamespace and c.relkind <> 'i'
+    union all
+    select 'a ' || a.attrelid::regclass::text || '.' || a.attname || ' '
+           || coalesce(a.attacl::text, '') || ' '
+           || coalesce(pg_catalog.col_description(a.attrelid, a.attnum), '')
+    from pg_catalog.pg_attribute as a inner join pg_catalog.pg_class as c on a.attrelid = c.oid
+    where c.relnamespace = 'donto'::regnamespace and c.relkind in ('r', 'v') and a.attnum > 0
+          and not a.attisdropped
+    union all
+    select 't ' || t.tgrelid::regclass::text || ' ' || pg_catalog.pg_get_triggerdef(t.oid)
+           || ' ' || t.tgenabled::text
+    from pg_catalog.pg_trigger as t inner join pg_catalog.pg_class as c on t.tgrelid = c.oid
+    where c.relnamespace = 'donto'::regnamespace and not t.tgisinternal
+    union all
+    select 'e ' || e.evtname || ' ' || e.evtevent || ' ' || e.evtenabled::text || ' '
+           || e.evtfoid::regprocedure::text
+    from pg_catalog.pg_event_trigger as e
+    union all
+    select 'n ' || n.nspname || ' ' || coalesce(n.nspacl::text, '')
+    from pg_catalog.pg_namespace as n where n.nspname in ('donto', 'donto_guard')
+) as catalog
+"""
 
 
 def sources_state(conn: psycopg.Connection) -> str:
-    """The SHA-256 of the sql/ sources and of the place they run in (database, cluster,
-    role, the donto roles, the extensions). ``migrate`` records it in donto.setting
+    """The SHA-256 of the sql/ sources, of the place they run in (database, cluster, role,
+    the donto roles, the extensions) and of what they made there (the catalog's donto
+    functions, relations, triggers and grants). ``migrate`` records it in donto.setting
     'sql_state' after running sql/, and runs sql/ again only when it changed (or when
     asked to repair)."""
-    h = hashlib.sha256(conn.execute(_PLACE).fetchone()[0].encode("utf-8"))
+    place = conn.execute(_PLACE).fetchone()[0]
+    made = conn.execute(_CATALOG).fetchone()[0] if conn.execute(
+        "select to_regnamespace('donto_guard') is not null").fetchone()[0] else "-"
+    h = hashlib.sha256(f"{place}\0{made}".encode())
     for s in [head(), *idempotent_sources()]:
         h.update(f"\0{s.name}\0{s.sha256}".encode())
     return h.hexdigest()
@@ -188,18 +237,30 @@ def _sources_current(conn: psycopg.Connection) -> bool:
                         (_STATE_KEY, sources_state(conn))).fetchone()[0]
 
 
+def _up_to_date(conn: psycopg.Connection) -> bool:
+    """No migration pending, and the database records that these sql/ sources ran here and
+    made what the catalog has now: migrate has nothing to do (not even sql/000-head.sql,
+    whose comments sql/ may change)."""
+    st = status(conn)
+    _check(st)
+    return not st.pending and _sources_current(conn)
+
+
+ALREADY = "up to date: sql/ already applied here (--repair applies it again)"
+
+
 def plan(conn: psycopg.Connection, upto: str | None = None, *,
          repair: bool = False) -> list[Source]:
-    """The SQL migrate would run, in order (for --dry-run)."""
+    """The SQL migrate would run, in order (for --dry-run; [] when it has nothing to do)."""
+    # (sources_state reads the cluster's identity, which only a superuser may; migrate
+    # itself must be one.)
+    if upto is None and not repair and is_superuser(conn) and _up_to_date(conn):
+        return []
     st = status(conn, upto)
     _check(st)
     by_name = {m.name: m for m in migrations(upto)}
-    # (sources_state reads the cluster's identity, which only a superuser may; migrate
-    # itself must be one.)
-    current = (not repair and not st.pending and is_superuser(conn)
-               and _sources_current(conn))
     return [head(), *(by_name[n] for n in st.pending),
-            *([] if current or upto is not None else idempotent_sources())]
+            *([] if upto is not None else idempotent_sources())]
 
 
 def _extension_installed(conn: psycopg.Connection) -> bool:
@@ -294,10 +355,9 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
     most LOCK_WAIT seconds for it, then stops with an error naming the holder; so for
     every other lock (a table of the schema that an open transaction has touched), and
     then the error names the sessions holding locks on the schema.
-    The idempotent sql/ is skipped when no migration is pending and the database records
-    that the same files ran here (:func:`sources_state`): an up-to-date migrate then locks
-    no donto table. REPAIR runs it all the same (after a hand-made change to a donto
-    function, trigger or grant).
+    Nothing runs when no migration is pending and the database records that the same
+    sql/ ran here and made what the catalog has now (:func:`sources_state`): an
+    up-to-date migrate locks no donto table. REPAIR runs sql/ all the same.
     """
     step = on_step or (lambda _name: None)
     if not 0 <= lock_wait <= 2_147_483:
@@ -315,6 +375,11 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
                 "ALTER EXTENSION donto UPDATE instead of donto-pg migrate"
             )
         require_superuser(conn, "donto-pg migrate", MigrationError)
+        if upto is None and not repair and _up_to_date(conn):
+            step(ALREADY)
+            write_settings(conn, paths)
+            conn.commit()
+            return []
         conn.execute("create extension if not exists plpython3u")
         conn.execute("create extension if not exists vector")
         try:
@@ -335,7 +400,7 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
                          (name, m.sha256))
         write_settings(conn, paths)
         if upto is None:  # the sql/ of an older version may need later tables
-            _run_sources(conn, step, lock_wait, force=repair or bool(st.pending))
+            _run_sources(conn, step, lock_wait)
         conn.commit()
         return st.pending
     except BaseException:
@@ -343,13 +408,8 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
         raise
 
 
-def _run_sources(conn: psycopg.Connection, step: Callable[[str], None], wait: float, *,
-                 force: bool) -> None:
-    """Run the idempotent sql/, unless (not FORCE) the database records that the same
-    sources ran here; then record that they did (after: the first run makes the roles)."""
-    if not force and _sources_current(conn):
-        step("sql/: already applied here (--repair applies it again)")
-        return
+def _run_sources(conn: psycopg.Connection, step: Callable[[str], None], wait: float) -> None:
+    """Run the idempotent sql/, then record what it made here (:func:`sources_state`)."""
     for s in idempotent_sources():
         step(f"sql/{s.name}")
         try:

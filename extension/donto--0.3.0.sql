@@ -2667,6 +2667,22 @@ import os
 import re
 import sys
 
+# donto._python_path() names the code this backend will run as the server's OS user. Its
+# owner may replace it (CREATE OR REPLACE, past the DDL guard), so it counts only while a
+# superuser owns it; this function is PL/Python, which only a superuser can replace.
+owner = plpy.execute(
+    "select r.rolname, r.rolsuper from pg_catalog.pg_proc as p "
+    "inner join pg_catalog.pg_roles as r on p.proowner = r.oid "
+    "where p.oid = pg_catalog.to_regprocedure('donto._python_path()')")
+if not owner.nrows() or not owner[0]["rolsuper"]:
+    plpy.error(
+        "donto: donto._python_path() %s: it names the code the server runs as its OS user, "
+        "so donto_pg is loaded only while a superuser owns it"
+        % ("belongs to %s, not a superuser" % owner[0]["rolname"] if owner.nrows()
+           else "does not exist"),
+        hint="As a superuser: REASSIGN OWNED BY <that role> TO <a superuser> in this "
+             "database, or restore it as a superuser with --no-owner (README, Backup and "
+             "restore).", sqlstate="42501")
 row = plpy.execute("select paths, source from donto._python_path()")
 paths = list(row[0]["paths"] or []) if row.nrows() else []
 source = row[0]["source"] if row.nrows() else None
@@ -2721,8 +2737,9 @@ $py$;
 
 comment on function donto._py_boot() is
 'Load the server floor of the donto_pg package (donto_pg.server) into this backend '
-'(PL/Python), from donto._python_path(); refuses a package installed for another Python '
-'minor version, and fails (55000) when its version is not donto.sql_version().';
+'(PL/Python), from donto._python_path() while a superuser owns it (42501 otherwise); '
+'refuses a package installed for another Python minor version, and fails (55000) when its '
+'version is not donto.sql_version().';
 
 create or replace function donto.warmup(model text default null)
 returns jsonb

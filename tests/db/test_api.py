@@ -515,3 +515,33 @@ def test_appended_turn_ids_that_go_back_are_noticed(db):
                                      "= (select max(revision_id) from donto.revision) "
                                      "order by seq")][-3:] == [5, 5, 1]
     db.commit()
+
+
+def test_reader_arguments_of_other_integer_types_and_by_keyword(db):
+    """Found by review of the checks above: numpy's integers (psycopg adapts them), a
+    connection given as conn=, limit=None (no limit) and an as_of text with its zone."""
+    np = pytest.importorskip("numpy")
+    api.add_conversation(db, CHAT, "chat:t/1", embed=False)
+    hits = api.recall(conn=db, query="Berlin", k=np.int64(2), arms="lexical",
+                      document="chat:t/1")
+    assert hits and len({h.place for h in hits}) <= 2
+    assert api.claims(conn=db, limit=np.int32(5)) == api.claims(db, limit=None) == []
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    assert api.recall(db, "Berlin", arms="lexical", document="chat:t/1",
+                      as_of=(now - datetime.timedelta(days=1)).isoformat()) == []
+    with pytest.raises(InputError, match="as_of has no time zone"):
+        api.recall(db, "Berlin", arms="lexical", document="chat:t/1", as_of="2024-01-01")
+    with pytest.raises(InputError, match="as_of must be a datetime, got date"):
+        api.recall(db, "Berlin", arms="lexical", document="chat:t/1",
+                   as_of=datetime.date(2024, 1, 1))
+
+
+def test_only_numbered_sessions_may_not_go_back():
+    """A message without a session is in the one before it (else session 1): a system
+    message, then sessions numbered from 0, is a log as it always was, not an error."""
+    conv = api.conversation([{"role": "system", "content": "Be brief."},
+                             {"role": "user", "content": "a", "session": 0},
+                             {"role": "user", "content": "b"},
+                             {"role": "user", "content": "c", "session": 1}], "chat:t/s0")
+    assert [m.session for m in conv.messages] == [1, 0, 0, 1]
+    assert [m.session for m in api.conversation(CHAT, "chat:t/1").messages] == [1, 1, 1, 2, 2]

@@ -513,3 +513,43 @@ def test_an_owner_that_is_no_superuser_cannot_name_the_servers_code(db, logins):
         settings.write_settings(db)
         db.commit()
         shutil.rmtree(evil, ignore_errors=True)
+
+
+def test_an_owner_that_is_no_superuser_cannot_replace_the_path_function(db, logins):
+    """The same owner may replace donto._python_path() itself (it owns it; the DDL guard is
+    a seat belt): donto._py_boot, PL/Python that only a superuser can replace, loads
+    nothing while the path function is not a superuser's."""
+    owner, as_owner = logins("donto_reader")
+    evil = Path(tempfile.mkdtemp(prefix="donto-evil-"))
+    evil.chmod(0o777)
+    marker = evil / "ran"
+    (evil / "donto_pg").mkdir(mode=0o755)
+    (evil / "donto_pg" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    (evil / "donto_pg" / "__init__.py").chmod(0o644)
+    db.execute("set local donto.allow_ddl = 'on'")
+    db.execute(f"alter function donto._python_path() owner to {owner}")
+    db.execute(f"grant create on schema donto to {owner}")
+    db.commit()
+    try:
+        o = as_owner()
+        o.execute("set donto.allow_ddl = 'on'")
+        o.execute("create or replace function donto._python_path() "
+                  "returns table (paths text[], source text) language sql stable "
+                  f"as $$ select array['{evil}'], 'donto.python_path' $$")
+        o.commit()
+        _, as_reader = logins("donto_reader")
+        r = as_reader()
+        with pytest.raises(errors.InsufficientPrivilege,
+                           match=f"donto._python_path\\(\\) belongs to {owner}, not a "
+                                 "superuser"):
+            r.execute("select donto._py_boot()")
+        r.rollback()
+        assert not marker.exists()
+    finally:
+        db.rollback()
+        db.execute("set local donto.allow_ddl = 'on'")
+        db.execute(f"revoke create on schema donto from {owner}")
+        db.execute("alter function donto._python_path() owner to current_user")
+        db.commit()
+        migrate.migrate(db, repair=True)  # the function's own text again
+        shutil.rmtree(evil, ignore_errors=True)
