@@ -474,6 +474,18 @@ def test_migrate_runs_again_past_the_guard(db):
     db.rollback()
 
 
+def _evil_package() -> tuple[Path, Path]:
+    """A directory holding a donto_pg package whose import writes the file MARKER (which
+    the server's OS user may create there): what an attacker would put on the path."""
+    evil = Path(tempfile.mkdtemp(prefix="donto-evil-"))
+    evil.chmod(0o777)
+    marker = evil / "ran"
+    (evil / "donto_pg").mkdir(mode=0o755)
+    (evil / "donto_pg" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    (evil / "donto_pg" / "__init__.py").chmod(0o644)
+    return evil, marker
+
+
 def test_an_owner_that_is_no_superuser_cannot_name_the_servers_code(db, logins):
     """donto.setting's python_path names the code the server's Python imports, as the
     server's OS user. A restore can leave the schema to an owner that is no superuser
@@ -483,12 +495,7 @@ def test_an_owner_that_is_no_superuser_cannot_name_the_servers_code(db, logins):
         "donto.setting",)
     db.commit()
     owner, as_owner = logins("donto_reader")
-    evil = Path(tempfile.mkdtemp(prefix="donto-evil-"))
-    evil.chmod(0o777)
-    marker = evil / "ran"
-    (evil / "donto_pg").mkdir(mode=0o755)
-    (evil / "donto_pg" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
-    (evil / "donto_pg" / "__init__.py").chmod(0o644)
+    evil, marker = _evil_package()
     db.execute("set local donto.allow_ddl = 'on'")
     db.execute(f"alter table donto.setting owner to {owner}")
     db.commit()
@@ -520,12 +527,7 @@ def test_an_owner_that_is_no_superuser_cannot_replace_the_path_function(db, logi
     a seat belt): donto._py_boot, PL/Python that only a superuser can replace, loads
     nothing while the path function is not a superuser's."""
     owner, as_owner = logins("donto_reader")
-    evil = Path(tempfile.mkdtemp(prefix="donto-evil-"))
-    evil.chmod(0o777)
-    marker = evil / "ran"
-    (evil / "donto_pg").mkdir(mode=0o755)
-    (evil / "donto_pg" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
-    (evil / "donto_pg" / "__init__.py").chmod(0o644)
+    evil, marker = _evil_package()
     db.execute("set local donto.allow_ddl = 'on'")
     db.execute(f"alter function donto._python_path() owner to {owner}")
     db.execute(f"grant create on schema donto to {owner}")
