@@ -486,6 +486,17 @@ def _evil_package() -> tuple[Path, Path]:
     return evil, marker
 
 
+def _refused_to_boot(logins, marker: Path, match: str) -> None:
+    """A reader's backend loading donto_pg is refused (42501, MATCH), and the planted
+    package never ran."""
+    _, as_reader = logins("donto_reader")
+    r = as_reader()
+    with pytest.raises(errors.InsufficientPrivilege, match=match):
+        r.execute("select donto._py_boot()")
+    r.rollback()
+    assert not marker.exists()
+
+
 def test_an_owner_that_is_no_superuser_cannot_name_the_servers_code(db, logins):
     """donto.setting's python_path names the code the server's Python imports, as the
     server's OS user. A restore can leave the schema to an owner that is no superuser
@@ -505,14 +516,8 @@ def test_an_owner_that_is_no_superuser_cannot_name_the_servers_code(db, logins):
         o.execute("update donto.setting set value = %s where key = 'python_path'",
                   (json.dumps([str(evil)]),))
         o.commit()
-        _, as_reader = logins("donto_reader")
-        r = as_reader()
-        with pytest.raises(errors.InsufficientPrivilege,
-                           match=f"donto.setting \\(python_path\\) belongs to {owner}, "
-                                 "not a superuser"):
-            r.execute("select donto._py_boot()")
-        r.rollback()
-        assert not marker.exists()
+        _refused_to_boot(logins, marker,
+                         f"donto.setting \\(python_path\\) belongs to {owner}, not a superuser")
     finally:
         db.rollback()
         db.execute("set local donto.allow_ddl = 'on'")
@@ -539,14 +544,8 @@ def test_an_owner_that_is_no_superuser_cannot_replace_the_path_function(db, logi
                   "returns table (paths text[], source text) language sql stable "
                   f"as $$ select array['{evil}'], 'donto.python_path' $$")
         o.commit()
-        _, as_reader = logins("donto_reader")
-        r = as_reader()
-        with pytest.raises(errors.InsufficientPrivilege,
-                           match=f"donto._python_path\\(\\) belongs to {owner}, not a "
-                                 "superuser"):
-            r.execute("select donto._py_boot()")
-        r.rollback()
-        assert not marker.exists()
+        _refused_to_boot(logins, marker,
+                         f"donto._python_path\\(\\) belongs to {owner}, not a superuser")
     finally:
         db.rollback()
         db.execute("set local donto.allow_ddl = 'on'")
