@@ -368,7 +368,7 @@ def recall_payload(conn: psycopg.Connection, query: str, max_tokens: int, k: int
     _texts(context=context, document=document, model=model)
     max_tokens, k = _count(max_tokens, "max_tokens", 1), _count(k, "k", 1)
     if chunk_tokens is not None:
-        chunk_tokens = _count(chunk_tokens, "chunk_tokens", 1)
+        chunk_tokens = _count(chunk_tokens, "chunk_tokens", 0)  # 0: no chunk text
     as_of = _moment(as_of, "as_of")
     _known(conn, context, document)
     with conn.transaction():

@@ -247,6 +247,10 @@ def test_readme_example_runs(db):
     payload = api.recall_payload(db, "where does my sister live?", 1000, k=3,
                                  document="chat:alice/1")
     assert 0 < payload["tokens"] <= 1000 and "Porto" in json.dumps(payload), payload
+    # chunk_tokens=0: the memories without chunk text, as donto.recall_payload takes it
+    bare = api.recall_payload(db, "where does my sister live?", 1000, k=3, chunk_tokens=0,
+                              document="chat:alice/1")
+    assert bare["chunks"] == {} and bare["memories"], bare
 
 
 def test_add_is_all_or_nothing_and_empty_messages_are_stored(db):
