@@ -47,6 +47,7 @@ pipeline runs offline (``ProviderPool.baseline()``).
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import email.utils
@@ -470,6 +471,14 @@ def _baseline_complete(provider: Provider, messages: Sequence[Mapping[str, str]]
 
 
 REDACTED = "***"
+WITHHELD = "*** (withheld: the answer held the API key in escaped form)"
+
+
+def _unescaped(text: str) -> str:
+    """TEXT with JSON and Python string escapes undone (``\\u0073k-...`` is ``sk-...``), to
+    find a key a provider wrote escaped; other characters pass through."""
+    raw = text.encode("latin-1", "backslashreplace")
+    return codecs.decode(raw, "unicode_escape", "ignore")
 
 
 def _redact(value: Any, key: str) -> Any:
@@ -609,8 +618,12 @@ class ProviderPool:
         if not key:
             return completion
         # A provider may echo the key in a 200 answer: it must not reach the database.
+        # Written with escapes it would be decoded into a claim: the answer is withheld.
+        text = _redact(completion.text, key)
+        if key in _unescaped(text):
+            text = WITHHELD
         return dataclasses.replace(
-            completion, text=_redact(completion.text, key), model=_redact(completion.model, key),
+            completion, text=text, model=_redact(completion.model, key),
             usage=_redact(completion.usage, key),
             finish_reason=_redact(completion.finish_reason, key))
 

@@ -5366,8 +5366,11 @@ begin
             a.method,
             a.score,
             case
+                when pg_catalog.length(pg_catalog.btrim(c.item ->> 'quote')) < 8
+                    then 'its quote is too short to show where it comes from (under 8 '
+                         'characters)'
                 when c.item ->> 'quote' is not null and a.char_start is null
-                    then 'its quote does not anchor in the source revision'
+                    then 'its quote does not anchor in its block'
                 when c.item ->> 'quote' is null
                      and not coalesce((c.item ->> 'hypothesis')::boolean, false)
                     then 'a stated fact without a quote to anchor it'
@@ -5394,8 +5397,22 @@ begin
             order by u.pref, abs(u.char_start - v_b.char_start)
             limit 1
         ) as t on true
-        left join lateral donto.anchor(
-            v_b.revision_id, c.item ->> 'quote', coalesce(t.char_start, v_b.char_start)
+        -- Evidence is what the model read: the quote anchors inside the block (or the
+        -- previous block's last turn, which the prompt shows as CONTEXT), and is long
+        -- enough to say where ("I" anchors anywhere). A quote found elsewhere in the
+        -- revision does not support a claim about this block.
+        left join lateral (
+            select a0.char_start, a0.char_end, a0.method, a0.score
+            from donto.anchor(
+                v_b.revision_id, c.item ->> 'quote',
+                case when t.char_start >= coalesce(v_b.prefix_start, v_b.char_start)
+                          and t.char_start < v_b.char_end then t.char_start
+                     else v_b.char_start end
+            ) as a0
+            where pg_catalog.length(pg_catalog.btrim(c.item ->> 'quote')) >= 8
+                  and ((a0.char_start >= v_b.char_start and a0.char_end <= v_b.char_end)
+                       or (a0.char_start >= v_b.prefix_start
+                           and a0.char_end <= v_b.prefix_end))
         ) as a on true
     ) as x;
 
@@ -8333,7 +8350,7 @@ standing claim of response P_RESPONSE_ID (predicate mem:standing/<kind>, the
 stated_fact/v2 claim type "standing") that is a current stated fact - not
 retracted (so its response was not injected), not a hypothesis, its quote
 anchored (donto.evidence_link) inside one USER turn of the block's revision, at
-most 400 characters (donto_pg.core.standing.MAX_CHARS) - becomes a standing
+most 400 characters (donto_pg.core.standing.MAX_CHARS) and at least 12 - becomes a standing
 statement beside the rule detector's: predicate mem:standing/<kind>, object_lit
 {v: the anchored text of the revision, subject: its subject key (of the subject
 the model named, donto._standing_claim_key), topic: that subject, claim: the
@@ -8416,7 +8433,9 @@ begin
                                    'mem:standing/constraint')
               and not cs.is_hypothesis
               and el.revision_id = v_rev
-              and el.char_end - el.char_start <= 400
+              -- a sentence, as the rule detector's (12 to 400 characters): a word
+              -- ("audiobooks") is all subject, and would take over every statement on it
+              and el.char_end - el.char_start between 12 and 400
               and not exists (select 1 from donto.retraction as rt
                               where rt.statement_id = xc.statement_id)
               and not exists (

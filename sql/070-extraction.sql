@@ -893,8 +893,11 @@ begin
             a.method,
             a.score,
             case
+                when pg_catalog.length(pg_catalog.btrim(c.item ->> 'quote')) < 8
+                    then 'its quote is too short to show where it comes from (under 8 '
+                         'characters)'
                 when c.item ->> 'quote' is not null and a.char_start is null
-                    then 'its quote does not anchor in the source revision'
+                    then 'its quote does not anchor in its block'
                 when c.item ->> 'quote' is null
                      and not coalesce((c.item ->> 'hypothesis')::boolean, false)
                     then 'a stated fact without a quote to anchor it'
@@ -921,8 +924,22 @@ begin
             order by u.pref, abs(u.char_start - v_b.char_start)
             limit 1
         ) as t on true
-        left join lateral donto.anchor(
-            v_b.revision_id, c.item ->> 'quote', coalesce(t.char_start, v_b.char_start)
+        -- Evidence is what the model read: the quote anchors inside the block (or the
+        -- previous block's last turn, which the prompt shows as CONTEXT), and is long
+        -- enough to say where ("I" anchors anywhere). A quote found elsewhere in the
+        -- revision does not support a claim about this block.
+        left join lateral (
+            select a0.char_start, a0.char_end, a0.method, a0.score
+            from donto.anchor(
+                v_b.revision_id, c.item ->> 'quote',
+                case when t.char_start >= coalesce(v_b.prefix_start, v_b.char_start)
+                          and t.char_start < v_b.char_end then t.char_start
+                     else v_b.char_start end
+            ) as a0
+            where pg_catalog.length(pg_catalog.btrim(c.item ->> 'quote')) >= 8
+                  and ((a0.char_start >= v_b.char_start and a0.char_end <= v_b.char_end)
+                       or (a0.char_start >= v_b.prefix_start
+                           and a0.char_end <= v_b.prefix_end))
         ) as a on true
     ) as x;
 

@@ -247,7 +247,7 @@ standing claim of response P_RESPONSE_ID (predicate mem:standing/<kind>, the
 stated_fact/v2 claim type "standing") that is a current stated fact - not
 retracted (so its response was not injected), not a hypothesis, its quote
 anchored (donto.evidence_link) inside one USER turn of the block's revision, at
-most 400 characters (donto_pg.core.standing.MAX_CHARS) - becomes a standing
+most 400 characters (donto_pg.core.standing.MAX_CHARS) and at least 12 - becomes a standing
 statement beside the rule detector's: predicate mem:standing/<kind>, object_lit
 {v: the anchored text of the revision, subject: its subject key (of the subject
 the model named, donto._standing_claim_key), topic: that subject, claim: the
@@ -330,7 +330,9 @@ begin
                                    'mem:standing/constraint')
               and not cs.is_hypothesis
               and el.revision_id = v_rev
-              and el.char_end - el.char_start <= 400
+              -- a sentence, as the rule detector's (12 to 400 characters): a word
+              -- ("audiobooks") is all subject, and would take over every statement on it
+              and el.char_end - el.char_start between 12 and 400
               and not exists (select 1 from donto.retraction as rt
                               where rt.statement_id = xc.statement_id)
               and not exists (

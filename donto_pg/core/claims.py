@@ -94,6 +94,8 @@ def _text_field(item: dict[str, Any], key: str) -> str:
         value = str(value)
     if not isinstance(value, str):
         raise _Invalid(f"{key} is not a string")
+    if "\x00" in value:  # "\u0000" in the JSON: PostgreSQL text cannot hold it
+        raise _Invalid(f"{key} contains a NUL character")
     value = _WS.sub(" ", value).strip()
     if not value:
         raise _Invalid(f"{key} is empty")
@@ -108,6 +110,8 @@ def _quote_field(item: dict[str, Any]) -> str | None:
         return None
     if not isinstance(value, str):
         raise _Invalid("quote is neither a string nor null")
+    if "\x00" in value:
+        raise _Invalid("quote contains a NUL character")
     # Only trim the ends: the quote must stay a verbatim substring of the source.
     value = value.strip()
     if not value:

@@ -995,3 +995,37 @@ def test_ingest_extraction_creates_no_temporary_object(db):
     assert body[1] and body[2] == ["search_path=pg_catalog, pg_temp"]
     assert re.search(r"\b(create|drop)\b[^;]*\btemp(orary)?\b|pg_temp\.|\b_donto_claims\b",
                      body[0], re.IGNORECASE) is None
+
+
+def test_a_quote_supports_only_a_claim_about_its_own_block(db, small):
+    """Found by review: a quote had only to occur somewhere in the revision, so "I" or a
+    sentence of another block made a current fact of whatever the model said."""
+    block = block_with(db, small, "Anna works")
+    elsewhere = "I moved to Berlin in March."  # in the revision, in another block
+    assert block != block_with(db, small, elsewhere)
+    run = new_run(db)
+    ingest(db, block, run, json.dumps([
+        claim("Anna", "nurse in Hamburg", REAL_QUOTE),
+        claim("Anna", "a sister", "My sister Anna works"),
+        claim("work", "demanding", "That sounds like demanding work.", turn=5),
+        claim("user", "password hunter2", "I"),
+        claim("user", "lives on pasta", elsewhere, turn=0)]))
+    rows = db.execute("select object, retracted, retraction_reason, char_start from "
+                      "donto.claim_provenance where block_id = %s order by claim_id",
+                      (block,)).fetchall()
+    assert [(r[0], r[1]) for r in rows] == [
+        ("nurse in Hamburg", False), ("a sister", False), ("demanding", False),
+        ("password hunter2", True), ("lives on pasta", True)]
+    assert "its quote is too short to show where it comes from" in rows[3][2]
+    assert "its quote does not anchor in its block" in rows[4][2]
+    assert rows[3][3] is None and rows[4][3] is None
+
+
+def test_a_nul_in_a_claim_fails_the_claim_not_the_run(db, small):
+    """An escaped NUL ("\\u0000") in a claim field stopped the whole `extract` at the
+    database's jsonb cast, and every rerun stopped at the same block."""
+    block = block_with(db, small, "Anna works")
+    out = ingest(db, block, new_run(db), json.dumps([
+        claim("Anna", "nurse in Hamburg", REAL_QUOTE), claim("a\x00b", "x", REAL_QUOTE)]))
+    assert out["rejected"] == 1 and out["facts"] == 1
+    assert current_objects(db, block) == {"nurse in Hamburg"}

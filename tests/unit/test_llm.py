@@ -480,3 +480,26 @@ def test_key_echoed_in_a_200_answer_is_redacted(
     assert (done.model, done.finish_reason) == ("m-***", "***")
     assert done.usage == {"total_tokens": 3, "echo": ["***"], "***": 1}
     assert key not in repr(done)
+
+
+def test_a_key_written_with_escapes_withholds_the_answer(
+    fake_a: FakeLLM, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """Found by review: the key written as \\u escapes inside the claims' JSON passed the
+    plain replace, and json.loads put it in a current claim."""
+    from donto_pg.llm import WITHHELD
+
+    key = "sk-echo-4d2c9a7e1f3b"
+    monkeypatch.setenv("DONTO_TEST_LLM_KEY", key)
+    p = pool(provider(fake_a, "a", api_key_env="DONTO_TEST_LLM_KEY"), clock=clock)
+    escaped = "".join(f"\\u{ord(ch):04x}" for ch in key)
+    content = '[{"subject": "note", "predicate": "p", "object": "' + escaped + '"}]'
+    assert json.loads(content)[0]["object"] == key  # what a parser makes of it
+    fake_a.script(Reply(body=json.dumps({"model": "m", "choices": [
+        {"message": {"content": content}, "finish_reason": "stop"}]})))
+    done = p.complete(MESSAGES)
+    assert done.text == WITHHELD and key not in repr(done)
+    # an answer without the key, escapes and all, passes as it came
+    fake_a.script(Reply(body=json.dumps({"model": "m", "choices": [
+        {"message": {"content": '[{"o": "caf\\u00e9 \\u65e5"}]'}, "finish_reason": "stop"}]})))
+    assert p.complete(MESSAGES).text == '[{"o": "caf\\u00e9 \\u65e5"}]'
