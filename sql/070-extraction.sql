@@ -851,14 +851,23 @@ begin
     v_qctx := donto._claim_context(donto.chunkqual_context_iri(v_iri), 'measure', v_doc,
                                    'donto.ingest_extraction');
 
-    v_parsed := donto._parse_claims(v_response);
+    -- An answer is kept for good (I3): one past a megabyte is kept cut, and refused.
+    if pg_catalog.length(v_response) > 1000000 then
+        v_error := pg_catalog.format(
+            'refused: a response of %s characters (more than 1,000,000; its first 1,000,000 '
+            'are kept)', pg_catalog.length(v_response));
+        v_response := pg_catalog.left(v_response, 1000000);
+        v_parsed := '{"status": "broken", "rejected": 0, "claims": [], "signals": []}';
+    else
+        v_parsed := donto._parse_claims(v_response);
+    end if;
     v_status := v_parsed ->> 'status';
-    v_error := v_parsed ->> 'error';
+    v_error := coalesce(v_error, v_parsed ->> 'error');
     v_offered := pg_catalog.jsonb_array_length(v_parsed -> 'claims')
                  + (v_parsed ->> 'rejected')::integer;
     v_cap := donto.extraction_claim_cap(v_b.char_end - v_b.char_start);
-    v_refused := v_offered > v_cap;
-    if v_refused then
+    v_refused := v_offered > v_cap or v_error like 'refused: a response of %';
+    if v_offered > v_cap then
         v_status := 'broken';
         v_error := pg_catalog.format(
             'refused: %s claims offered for a %s-character block (cap %s)',

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -299,7 +300,7 @@ _ANYWHERE = re.compile(
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S", re.MULTILINE)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+\S", re.MULTILINE)
 _SCHEMA_KEYS = re.compile(r'"(subject|predicate|object|claims)"\s*:')
-_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")  # letters of any script
 
 #: Responses with at least this many words of prose and no claims are hijacked.
 _PROSE_WORDS = 40
@@ -313,6 +314,32 @@ _INSTRUCTIONS = re.compile(
 )
 
 
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _beside_claims(span: str) -> list[str]:
+    """The texts of a ``{"claims": [...]}`` object's other keys (a "note" the model adds
+    beside the claims is prose all the same)."""
+    at = min((i for i in (span.find("{"), span.find("[")) if i >= 0), default=-1)
+    if at < 0:
+        return []
+    try:
+        value, _end = json.JSONDecoder().raw_decode(span, at)
+    except (json.JSONDecodeError, RecursionError):
+        return []
+    if not isinstance(value, dict):
+        return []
+    return [t for k, v in value.items() if k != "claims" for t in _strings(v)]
+
+
 def _signals_with_claims(text: str) -> list[str]:
     """Reasons a response that carries claims was hijacked: anything but the JSON.
 
@@ -321,7 +348,7 @@ def _signals_with_claims(text: str) -> list[str]:
     instructions there (``Ignore previous instructions.``) are the source's voice.
     """
     _items, _error, (start, end) = _locate(text)
-    outside = text[:start] + " " + text[end:]
+    outside = " ".join([text[:start], text[end:], *_beside_claims(text[start:end])])
     signals = []
     if _INSTRUCTIONS.search(outside):
         signals.append("instructions outside the JSON array")
