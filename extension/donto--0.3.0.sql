@@ -5849,12 +5849,13 @@ begin
     v_qctx := donto._claim_context(donto.chunkqual_context_iri(v_iri), 'measure', v_doc,
                                    'donto.ingest_extraction');
 
-    -- An answer is kept for good (I3): one past a megabyte is kept cut, and refused.
-    if pg_catalog.length(v_response) > 1000000 then
+    -- An answer is kept for good (I3): one past 5,000,000 characters is kept cut, and
+    -- refused (a flood of claims within it is refused by the claim cap below).
+    if pg_catalog.length(v_response) > 5000000 then
         v_error := pg_catalog.format(
-            'refused: a response of %s characters (more than 1,000,000; its first 1,000,000 '
+            'refused: a response of %s characters (more than 5,000,000; its first 5,000,000 '
             'are kept)', pg_catalog.length(v_response));
-        v_response := pg_catalog.left(v_response, 1000000);
+        v_response := pg_catalog.left(v_response, 5000000);
         v_parsed := '{"status": "broken", "rejected": 0, "claims": [], "signals": []}';
     else
         v_parsed := donto._parse_claims(v_response);
@@ -5864,7 +5865,7 @@ begin
     v_offered := pg_catalog.jsonb_array_length(v_parsed -> 'claims')
                  + (v_parsed ->> 'rejected')::integer;
     v_cap := donto.extraction_claim_cap(v_b.char_end - v_b.char_start);
-    v_refused := v_offered > v_cap or v_error like 'refused: a response of %';
+    v_refused := v_offered > v_cap or coalesce(v_error like 'refused: a response of %', false);
     if v_offered > v_cap then
         v_status := 'broken';
         v_error := pg_catalog.format(

@@ -1031,14 +1031,14 @@ def test_a_nul_in_a_claim_fails_the_claim_not_the_run(db, small):
     assert current_objects(db, block) == {"nurse in Hamburg"}
 
 
-def test_a_response_past_a_megabyte_is_kept_cut_and_refused(db, small):
+def test_a_response_past_five_million_characters_is_kept_cut_and_refused(db, small):
     """It is kept for good (I3): a 30 MB answer was stored whole, and judged healthy."""
     block = block_with(db, small, "Anna works")
-    huge = json.dumps([claim("Anna", "nurse in Hamburg", REAL_QUOTE)]) + " " * 1_000_000
+    huge = json.dumps([claim("Anna", "nurse in Hamburg", REAL_QUOTE)]) + " " * 5_000_000
     out = ingest(db, block, new_run(db), huge)
     assert out["refused"] and out["fate"] == "broken" and out["facts"] == 0
     assert out["parse_error"] == (f"refused: a response of {len(huge)} characters (more "
-                                  "than 1,000,000; its first 1,000,000 are kept)")
+                                  "than 5,000,000; its first 5,000,000 are kept)")
     assert db.execute("select length(response) from donto.extraction_response "
-                      "where response_id = %s", (out["response_id"],)).fetchone() == (1_000_000,)
+                      "where response_id = %s", (out["response_id"],)).fetchone() == (5_000_000,)
     assert current_objects(db, block) == set()
