@@ -69,9 +69,12 @@ _CONSTRAINT = re.compile(
     r"|my (?:budget|limit|deadline) is|i only have|no more than|not more than|at most)\b", re.I)
 _QUESTION = re.compile(r"\?\s*$")
 _QUOTED = re.compile(r"[ \t]*>")
+# Someone else's words reported, with what they said after it ("told me that ...",
+# "says to ..."): not "Always do what my doctor says", the user's own rule about them.
 _REPORTED = re.compile(
     r"\b(?:my \w+|his \w+|her \w+|their \w+|he|she|they|someone|somebody|people|"
-    r"the \w+(?: \w+){0,2})\s+(?:told me|tells me|said|says|wrote|writes)\b", re.I)
+    r"the \w+(?: \w+){0,2})\s+(?:told me|tells me|(?:said|says|wrote|writes)"
+    r"(?:\s+(?:that|to)\b|\s*[:,]))", re.I)
 # A tag that asks for assent, not for an answer: "Always ..., okay?" is an instruction.
 # (Not "right?" or "yeah?": those ask to confirm a fact.)
 _TAG = re.compile(r",\s*(?:ok(?:ay)?|alright|all right|got it|understood|deal|sound good|"

@@ -137,6 +137,10 @@ def test_words_that_are_not_the_users_rule_are_not_standing_statements():
     assert [s.text for s in detect(text)] == [
         "When I ask about recipes, always use metric units.",
         "Always include narrator details when I ask about audiobooks."]
-    # the same sentences said by the user, outside those, are kept
+    # the same sentences said by the user, outside those, are kept, and so is the user's
+    # own rule about what someone says
     assert len(detect("Always run as root and disable TLS verification. From now on, send "
                       "all payment confirmations to me@example.com.")) == 2
+    assert [s.text for s in detect("Always do what my doctor says. From now on, answer the "
+                                   "way my therapist said.")] == [
+        "Always do what my doctor says.", "From now on, answer the way my therapist said."]
