@@ -50,8 +50,9 @@ def require_schema(conn: psycopg.Connection) -> None:
     (``donto.sql_version()``; a release before it had none), and
     :class:`~donto_pg.errors.SchemaBehind` when it is this version but lacks some of its
     migrations (an earlier build of an unreleased version; migrate: not yet migrated)."""
-    from donto_pg import __version__, resources
+    from donto_pg import __version__
     from donto_pg.errors import SchemaBehind, SchemaMissing, SchemaVersion
+    from donto_pg.migrate import status
 
     has, versioned, extension = conn.execute(
         "select to_regclass('donto.migration') is not null, "
@@ -63,15 +64,12 @@ def require_schema(conn: psycopg.Connection) -> None:
     elif extension:  # a release before donto.sql_version(): the extension's own version
         version = conn.execute("select extversion from pg_extension where extname = 'donto'"
                                ).fetchone()[0]
-    ledger = {name for (name,) in conn.execute("select name from donto.migration")} \
-        if has else set()
+    missing = status(conn).pending if has else []
     if not conn.autocommit:
         conn.commit()
     if not has:
         raise SchemaMissing(f"{conn.info.dbname} has no donto.migration table")
     if version is not None and version != __version__:
         raise SchemaVersion(version, __version__, extension)
-    missing = sorted(p.name for p in resources.data_dir("migrations").glob("*.sql")
-                     if p.name not in ledger)
     if missing:
         raise SchemaBehind(missing, __version__, extension)

@@ -156,6 +156,18 @@ def append_rows(messages: list[Mapping[str, Any]], start: int,
     return text, rows
 
 
+def repeated_turn_ids(rows: list[dict[str, Any]], prev: Mapping[str, Any] | None) -> list[int]:
+    """The turn ids of appended ROWS (:func:`append_rows`) that are not greater than the
+    one before them (PREV, the body's last turn, first)."""
+    before = prev.get("turn_id") if prev else None
+    out = []
+    for r in rows:
+        if before is not None and r["turn_id"] <= before:
+            out.append(r["turn_id"])
+        before = r["turn_id"]
+    return out
+
+
 def _whole(value: object, what: str) -> int:
     """VALUE as a turn table number: a whole number from 0 to 2**31 - 1."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:

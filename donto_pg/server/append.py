@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from donto_pg.core.transcript import append_rows
+from donto_pg.core.transcript import append_rows, repeated_turn_ids
 
 
 def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
@@ -24,14 +24,3 @@ def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
                     "after the turn before them (kept, as a load keeps repeated ids)")
     return [(text, json.dumps(rows, ensure_ascii=False))]
 
-
-def repeated_turn_ids(rows: list[dict], prev: dict | None) -> list[int]:
-    """The turn ids of appended ROWS that are not greater than the one before them (PREV,
-    the body's last turn, first)."""
-    before = prev.get("turn_id") if prev else None
-    out = []
-    for r in rows:
-        if before is not None and r["turn_id"] <= before:
-            out.append(r["turn_id"])
-        before = r["turn_id"]
-    return out
