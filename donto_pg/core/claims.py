@@ -207,15 +207,17 @@ def _plausible(items: list[Any]) -> bool:
     return all(isinstance(i, dict) for i in items)
 
 
-def _locate(text: str) -> tuple[list[Any] | None, str | None, tuple[int, int]]:
-    """Locate the claim list in a response: (items, error, span of the JSON in TEXT).
+def _locate(text: str) -> tuple[list[Any] | None, str | None, tuple[int, int], list[str]]:
+    """Locate the claim list in a response: (items, error, span of the JSON in TEXT, the
+    texts beside the claims in a ``{"claims": [...]}`` object).
 
     The span covers what the schema allows around the list: the whole text, or a
-    code fence with its markers; everything outside it is prose.
+    code fence with its markers; everything outside it is prose, and so is a "note" the
+    model adds beside the claims.
     """
     stripped = text.strip()
     if not stripped:
-        return None, "empty response", (0, 0)
+        return None, "empty response", (0, 0), []
     decoder = json.JSONDecoder()
     # 1. The whole text is JSON.
     try:
@@ -225,8 +227,8 @@ def _locate(text: str) -> tuple[list[Any] | None, str | None, tuple[int, int]]:
     else:
         items = _as_items(whole)
         if items is not None:
-            return items, None, (0, len(text))
-        return None, f"JSON {type(whole).__name__} without a claims array", (0, 0)
+            return items, None, (0, len(text)), _beside(whole)
+        return None, f"JSON {type(whole).__name__} without a claims array", (0, 0), []
     # 2. A fenced block (```json ... ```) holding the JSON.
     for match in _FENCE.finditer(text):
         body = match.group(2).strip()
@@ -236,7 +238,7 @@ def _locate(text: str) -> tuple[list[Any] | None, str | None, tuple[int, int]]:
             continue
         items = _as_items(value)
         if items is not None:
-            return items, None, match.span()
+            return items, None, match.span(), _beside(value)
     # 3. The first array (or {"claims": [...]} object) embedded in prose.
     for n, match in enumerate(re.finditer(r"[\[{]", text)):
         if n >= _MAX_CANDIDATES:
@@ -247,8 +249,8 @@ def _locate(text: str) -> tuple[list[Any] | None, str | None, tuple[int, int]]:
             continue
         items = _as_items(value)
         if items is not None and _plausible(items):
-            return items, None, (match.start(), end)
-    return None, "no JSON array of claims found", (0, 0)
+            return items, None, (match.start(), end), _beside(value)
+    return None, "no JSON array of claims found", (0, 0), []
 
 
 def parse_response(text: str) -> ParsedResponse:
@@ -260,7 +262,7 @@ def parse_response(text: str) -> ParsedResponse:
     valid empty array, or ``'broken'`` with an ``error`` when there is no usable
     array or every item is invalid.
     """
-    items, error, _span = _locate(text or "")
+    items, error, _span, _beside_texts = _locate(text or "")
     if items is None:
         return ParsedResponse(status="broken", error=error)
     if not items:
@@ -325,16 +327,9 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(v)
 
 
-def _beside_claims(span: str) -> list[str]:
+def _beside(value: Any) -> list[str]:
     """The texts of a ``{"claims": [...]}`` object's other keys (a "note" the model adds
     beside the claims is prose all the same)."""
-    at = min((i for i in (span.find("{"), span.find("[")) if i >= 0), default=-1)
-    if at < 0:
-        return []
-    try:
-        value, _end = json.JSONDecoder().raw_decode(span, at)
-    except (json.JSONDecodeError, RecursionError):
-        return []
     if not isinstance(value, dict):
         return []
     return [t for k, v in value.items() if k != "claims" for t in _strings(v)]
@@ -347,8 +342,8 @@ def _signals_with_claims(text: str) -> list[str]:
     code fence; prose before or after it is the model talking, not extracting, and
     instructions there (``Ignore previous instructions.``) are the source's voice.
     """
-    _items, _error, (start, end) = _locate(text)
-    outside = " ".join([text[:start], text[end:], *_beside_claims(text[start:end])])
+    _items, _error, (start, end), beside = _locate(text)
+    outside = " ".join([text[:start], text[end:], *beside])
     signals = []
     if _INSTRUCTIONS.search(outside):
         signals.append("instructions outside the JSON array")
