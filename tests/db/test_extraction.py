@@ -1003,13 +1003,15 @@ def test_a_quote_supports_only_a_claim_about_its_own_block(db, small):
     block = block_with(db, small, "Anna works")
     elsewhere = "I moved to Berlin in March."  # in the revision, in another block
     assert block != block_with(db, small, elsewhere)
-    run = new_run(db)
-    ingest(db, block, run, json.dumps([
+    answer = json.dumps([
         claim("Anna", "nurse in Hamburg", REAL_QUOTE),
         claim("Anna", "a sister", "My sister Anna works"),
         claim("work", "demanding", "That sounds like demanding work.", turn=5),
         claim("user", "password hunter2", "I"),
-        claim("user", "lives on pasta", elsewhere, turn=0)]))
+        claim("user", "lives on pasta", elsewhere, turn=0)])
+    with FakeLLM({"Anna works": answer}, default="[]") as fake:  # a real local provider
+        extract.run_extraction(factory(db), revision_ids=[small], providers=pool_for(fake),
+                               alarm_after=0)
     rows = db.execute("select object, retracted, retraction_reason, char_start from "
                       "donto.claim_provenance where block_id = %s order by claim_id",
                       (block,)).fetchall()
@@ -1025,9 +1027,16 @@ def test_a_nul_in_a_claim_fails_the_claim_not_the_run(db, small):
     """An escaped NUL ("\\u0000") in a claim field stopped the whole `extract` at the
     database's jsonb cast, and every rerun stopped at the same block."""
     block = block_with(db, small, "Anna works")
-    out = ingest(db, block, new_run(db), json.dumps([
-        claim("Anna", "nurse in Hamburg", REAL_QUOTE), claim("a\x00b", "x", REAL_QUOTE)]))
-    assert out["rejected"] == 1 and out["facts"] == 1
+    answer = json.dumps([claim("Anna", "nurse in Hamburg", REAL_QUOTE),
+                         claim("a\x00b", "x", REAL_QUOTE)])
+    assert "\\u0000" in answer
+    with FakeLLM({"Anna works": answer}, default="[]") as fake:  # a real local provider
+        report = extract.run_extraction(factory(db), revision_ids=[small],
+                                        providers=pool_for(fake), alarm_after=0)
+    assert report.ok and report.pending_after == 0
+    assert db.execute("select summary ->> 'rejected', summary ->> 'facts' from "
+                      "donto.extraction_response where block_id = %s", (block,)
+                      ).fetchone() == ("1", "1")
     assert current_objects(db, block) == {"nurse in Hamburg"}
 
 
