@@ -5217,8 +5217,9 @@ as $$
 Ingest the raw RESPONSE of run RUN_ID for block BLOCK_ID: keep it verbatim
 (donto.extraction_response, with META such as provider, model, usage); parse it
 (a JSON array, also in a code fence or prose; else broken); store every claim as
-a statement in the block's claims context (hypothesis flag, valid time of its
-turn, else of the block's turns); anchor each quote in the full revision body
+a statement in the block's claims context (hypothesis flag, valid time of the
+turn its quote anchors in, else of the block turn the model names, else of the
+block's turns: a turn named outside the block dates nothing); anchor each quote in the full revision body
 (near its turn, else the block start) into donto.evidence_link; link the claim
 to the recall chunks overlapping its evidence (x_claim.src_chunk); and write the
 block's quality vector (facts_per_chunk, anchor_rate, hypothesis_rate, injection,
@@ -5370,7 +5371,11 @@ begin
             c.item ->> 'quote' as quote,
             (c.item ->> 'turn')::integer as turn_id,
             coalesce((c.item ->> 'hypothesis')::boolean, false) as hypothesis,
-            t.turn_date,
+            -- valid time: the date of the turn its quote anchored in (the evidence), else
+            -- of the turn the model named if that turn is a part of the block; a turn
+            -- named elsewhere in the conversation dates nothing (the block's time then)
+            case when a.char_start is not null then d.turn_date
+                 when t.pref = 0 then t.turn_date end as turn_date,
             a.char_start as a_start,
             a.char_end as a_end,
             a.method,
@@ -5392,7 +5397,7 @@ begin
         ) with ordinality as c (item, ord)
         left join lateral (
             -- the claim's turn: a part of the block, else the nearest turn with that id
-            select u.char_start, u.turn_date
+            select u.char_start, u.turn_date, u.pref
             from (
                 select (p.part ->> 'char_start')::integer as char_start,
                        (p.part ->> 'date')::date as turn_date, 0 as pref
@@ -5424,6 +5429,24 @@ begin
                        or (a0.char_start >= v_b.prefix_start
                            and a0.char_end <= v_b.prefix_end))
         ) as a on true
+        -- the turn its quote anchored in: a part of the block, or the CONTEXT turn
+        left join lateral (
+            select u.turn_date
+            from (
+                select (p.part ->> 'date')::date as turn_date,
+                       (p.part ->> 'char_start')::integer as char_start
+                from pg_catalog.jsonb_array_elements(v_b.turns) as p (part)
+                where a.char_start >= v_b.char_start
+                union all
+                select tt.time_anchor, tt.char_start
+                from donto.turn as tt
+                where a.char_start < v_b.char_start and tt.revision_id = v_b.revision_id
+                      and tt.seq = v_b.prefix_turn_seq
+            ) as u
+            where u.char_start <= a.char_start
+            order by u.char_start desc
+            limit 1
+        ) as d on true
     ) as x;
 
     v_signals := coalesce(v_parsed -> 'signals', '[]');
@@ -8660,7 +8683,7 @@ as $$
     with vis as (
         select
             x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
-            x.char_start, x.char_end, s.valid_time, x.turn_id, x.detector,
+            x.char_start, x.char_end, s.valid_time, x.turn_id, x.detector, s.document_id,
             coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
         from donto.x_standing as x
         inner join donto.statement as s on x.statement_id = s.statement_id
@@ -8691,10 +8714,16 @@ as $$
         coalesce(
             (select l.statement_id from vis as l
              where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
-                   and (l.said_on, l.revision_id, l.char_start)
-                   > (v.said_on, v.revision_id, v.char_start)
+                   -- later: in one conversation, said later in it (its revisions are
+                   -- prefixes of one another, the others retracted), whatever dates its
+                   -- text gives (the projection's valid times end there too); across
+                   -- conversations, by date
+                   and case when l.document_id = v.document_id
+                            then (l.char_start, l.revision_id) > (v.char_start, v.revision_id)
+                            else (l.said_on, l.revision_id, l.char_start)
+                                 > (v.said_on, v.revision_id, v.char_start) end
                    and donto._standing_supersedes(l.txt, v.txt, v.subject_key)
-             order by l.said_on, l.revision_id, l.char_start
+             order by l.document_id <> v.document_id, l.char_start, l.said_on, l.revision_id
              limit 1),
             -- the same words found twice (the rules and an LLM run, or two runs): the
             -- rule detector's statement stands for them, else the first one recorded
@@ -8735,7 +8764,8 @@ x_standing.detector rules-v1, rules-v2, ...) or by an LLM extraction run (standi
 donto._standing_from_claims, llm-v1), as the database knew them at AS_OF
 (recorded by then, not retracted by then, nor the claim an LLM one was made
 from), in the order they were said. SUPERSEDED_BY is the first later
-statement of the same kind and subject key among those that asks for the same
+statement (said later in the same conversation, whatever dates its text gives;
+in another conversation, dated later) of the same kind and subject key among those that asks for the same
 thing (the knowledge-update rule, donto._standing_supersedes: "use imperial
 units" takes over from "use metric units" when I ask about recipes, "include
 ticket prices" leaves "include locations" when I ask about social events in

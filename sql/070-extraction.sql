@@ -744,8 +744,9 @@ as $$
 Ingest the raw RESPONSE of run RUN_ID for block BLOCK_ID: keep it verbatim
 (donto.extraction_response, with META such as provider, model, usage); parse it
 (a JSON array, also in a code fence or prose; else broken); store every claim as
-a statement in the block's claims context (hypothesis flag, valid time of its
-turn, else of the block's turns); anchor each quote in the full revision body
+a statement in the block's claims context (hypothesis flag, valid time of the
+turn its quote anchors in, else of the block turn the model names, else of the
+block's turns: a turn named outside the block dates nothing); anchor each quote in the full revision body
 (near its turn, else the block start) into donto.evidence_link; link the claim
 to the recall chunks overlapping its evidence (x_claim.src_chunk); and write the
 block's quality vector (facts_per_chunk, anchor_rate, hypothesis_rate, injection,
@@ -897,7 +898,11 @@ begin
             c.item ->> 'quote' as quote,
             (c.item ->> 'turn')::integer as turn_id,
             coalesce((c.item ->> 'hypothesis')::boolean, false) as hypothesis,
-            t.turn_date,
+            -- valid time: the date of the turn its quote anchored in (the evidence), else
+            -- of the turn the model named if that turn is a part of the block; a turn
+            -- named elsewhere in the conversation dates nothing (the block's time then)
+            case when a.char_start is not null then d.turn_date
+                 when t.pref = 0 then t.turn_date end as turn_date,
             a.char_start as a_start,
             a.char_end as a_end,
             a.method,
@@ -919,7 +924,7 @@ begin
         ) with ordinality as c (item, ord)
         left join lateral (
             -- the claim's turn: a part of the block, else the nearest turn with that id
-            select u.char_start, u.turn_date
+            select u.char_start, u.turn_date, u.pref
             from (
                 select (p.part ->> 'char_start')::integer as char_start,
                        (p.part ->> 'date')::date as turn_date, 0 as pref
@@ -951,6 +956,24 @@ begin
                        or (a0.char_start >= v_b.prefix_start
                            and a0.char_end <= v_b.prefix_end))
         ) as a on true
+        -- the turn its quote anchored in: a part of the block, or the CONTEXT turn
+        left join lateral (
+            select u.turn_date
+            from (
+                select (p.part ->> 'date')::date as turn_date,
+                       (p.part ->> 'char_start')::integer as char_start
+                from pg_catalog.jsonb_array_elements(v_b.turns) as p (part)
+                where a.char_start >= v_b.char_start
+                union all
+                select tt.time_anchor, tt.char_start
+                from donto.turn as tt
+                where a.char_start < v_b.char_start and tt.revision_id = v_b.revision_id
+                      and tt.seq = v_b.prefix_turn_seq
+            ) as u
+            where u.char_start <= a.char_start
+            order by u.char_start desc
+            limit 1
+        ) as d on true
     ) as x;
 
     v_signals := coalesce(v_parsed -> 'signals', '[]');

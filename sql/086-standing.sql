@@ -547,7 +547,7 @@ as $$
     with vis as (
         select
             x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
-            x.char_start, x.char_end, s.valid_time, x.turn_id, x.detector,
+            x.char_start, x.char_end, s.valid_time, x.turn_id, x.detector, s.document_id,
             coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
         from donto.x_standing as x
         inner join donto.statement as s on x.statement_id = s.statement_id
@@ -578,10 +578,16 @@ as $$
         coalesce(
             (select l.statement_id from vis as l
              where l.kind = v.kind and l.subject_key = v.subject_key and v.subject_key <> ''
-                   and (l.said_on, l.revision_id, l.char_start)
-                   > (v.said_on, v.revision_id, v.char_start)
+                   -- later: in one conversation, said later in it (its revisions are
+                   -- prefixes of one another, the others retracted), whatever dates its
+                   -- text gives (the projection's valid times end there too); across
+                   -- conversations, by date
+                   and case when l.document_id = v.document_id
+                            then (l.char_start, l.revision_id) > (v.char_start, v.revision_id)
+                            else (l.said_on, l.revision_id, l.char_start)
+                                 > (v.said_on, v.revision_id, v.char_start) end
                    and donto._standing_supersedes(l.txt, v.txt, v.subject_key)
-             order by l.said_on, l.revision_id, l.char_start
+             order by l.document_id <> v.document_id, l.char_start, l.said_on, l.revision_id
              limit 1),
             -- the same words found twice (the rules and an LLM run, or two runs): the
             -- rule detector's statement stands for them, else the first one recorded
@@ -622,7 +628,8 @@ x_standing.detector rules-v1, rules-v2, ...) or by an LLM extraction run (standi
 donto._standing_from_claims, llm-v1), as the database knew them at AS_OF
 (recorded by then, not retracted by then, nor the claim an LLM one was made
 from), in the order they were said. SUPERSEDED_BY is the first later
-statement of the same kind and subject key among those that asks for the same
+statement (said later in the same conversation, whatever dates its text gives;
+in another conversation, dated later) of the same kind and subject key among those that asks for the same
 thing (the knowledge-update rule, donto._standing_supersedes: "use imperial
 units" takes over from "use metric units" when I ask about recipes, "include
 ticket prices" leaves "include locations" when I ask about social events in

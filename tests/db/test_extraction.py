@@ -1051,3 +1051,36 @@ def test_a_response_past_five_million_characters_is_kept_cut_and_refused(db, sma
     assert db.execute("select length(response) from donto.extraction_response "
                       "where response_id = %s", (out["response_id"],)).fetchone() == (5_000_000,)
     assert current_objects(db, block) == set()
+
+
+def test_a_claim_is_dated_by_the_turn_its_quote_anchors_in(db, small):
+    """Found by review: a claim's valid time came from the turn id the model names, so a
+    model naming a turn of another day dated a fact it quoted from this one."""
+    anna = block_with(db, small, "Anna works")                 # April 2
+    second = next(b for b in blocks_of(db, small) if b["prefix_start"] is not None)
+    body = body_of(db, small)
+    context = body[second["prefix_start"]:second["prefix_end"]][:60]  # April 20: CONTEXT
+    assert context.startswith("I keep a travel journal.")
+    answers = {
+        "Anna works": json.dumps([
+            claim("Anna", "nurse in Hamburg", REAL_QUOTE, turn=0),   # turn 0: March 15
+            claim("Anna", "a night owl", None, turn=0, hypothesis=True),
+            claim("Anna", "tired", None, turn=5, hypothesis=True)]),
+        "The second long note": json.dumps([
+            claim("user", "keeps a journal", context, turn=0)])}
+    with FakeLLM(answers, default="[]") as fake:  # a real local provider
+        extract.run_extraction(factory(db), revision_ids=[small], providers=pool_for(fake),
+                               alarm_after=0)
+    rows = db.execute(
+        "select x.block_id, s.object_lit ->> 'v', s.valid_time::text, s.is_hypothesis, "
+        "s.char_start "
+        "from donto.x_claim x join donto.statement s using (statement_id) "
+        "where x.block_id in (%s, %s) order by x.block_id, x.claim_index",
+        (anna, second["block_id"])).fetchall()
+    april2, april20 = "[2024-04-02,2024-04-03)", "[2024-04-20,2024-04-21)"
+    assert rows == [
+        (anna, "nurse in Hamburg", april2, False, body.index(REAL_QUOTE)),  # not turn 0's
+        (anna, "a night owl", april2, True, None),     # turn 0 is not in the block
+        (anna, "tired", april2, True, None),           # turn 5 is: its date
+        (second["block_id"], "keeps a journal", april20, False,  # its CONTEXT turn's
+         second["prefix_start"])]

@@ -100,6 +100,19 @@ def test_a_later_instruction_on_the_same_subject_supersedes(db, tmp_path) -> Non
     assert str(rows[IMPERIAL][5].upper) == "None"
 
 
+def test_what_is_said_later_supersedes_whatever_date_the_text_gives(db, tmp_path) -> None:
+    """Found by review: donto.standing ordered by date, so a session dated in the future
+    (or dates that go back) kept an earlier instruction in force over a later one, while
+    the projection's valid times followed the order they were said in."""
+    future = dict(SESSION1, turns=[[dict(SESSION1["turns"][0][0], time_anchor="May-1-2030"),
+                                    SESSION1["turns"][0][1]], *SESSION1["turns"][1:]])
+    _load(db, tmp_path, [future, SESSION2])
+    rows = {r[3]: r for r in _standing(db)}
+    assert rows[METRIC][4] == rows[IMPERIAL][0]  # said later: takes over
+    assert rows[IMPERIAL][4] is None
+    assert str(rows[METRIC][5].lower) == "2030-05-01" and rows[IMPERIAL][5].upper is None
+
+
 LOCATIONS = "Always include specific locations when I ask about social events."
 TICKETS = "Always include ticket prices when I ask about social events."
 VENUES = "Always give the exact location of the venue when I ask about social events."
