@@ -9982,12 +9982,23 @@ grant select on all tables in schema donto to donto_reader, donto_writer;
 -- donto.ingest_embeddings / ingest_measure_embeddings (security invoker). The trigger
 -- donto._check_embeddings refuses a vector of anything but a recall key.
 grant insert (statement_id, model_id, embedding) on donto.embedding to donto_writer;
-revoke update, delete, truncate on all tables in schema donto from current_user;
-grant update, delete, truncate on donto.setting to current_user;
+-- The owner's own privileges: the schema's owner, whoever runs this (a restore migrated by
+-- another superuser granted them to that superuser and left the owner's in place).
 -- The writers' locks (migration 031): rows locked FOR UPDATE, which needs UPDATE; the owner
 -- alone has it and reads them (I3's trigger still refuses an UPDATE statement there).
 revoke select on donto.writer_lock from donto_reader, donto_writer;
-grant update on donto.writer_lock to current_user;
+do $$
+declare
+    v_owner text := (select pg_catalog.quote_ident(r.rolname)
+                     from pg_catalog.pg_namespace as n
+                     inner join pg_catalog.pg_roles as r on n.nspowner = r.oid
+                     where n.nspname = 'donto');
+begin
+    execute 'revoke update, delete, truncate on all tables in schema donto from ' || v_owner;
+    execute 'grant update, delete, truncate on donto.setting to ' || v_owner;
+    execute 'grant update on donto.writer_lock to ' || v_owner;
+end;
+$$;
 
 revoke all on all sequences in schema donto from public;
 

@@ -230,6 +230,43 @@ def test_an_up_to_date_migrate_locks_no_donto_table(db, logins, connect):
     assert r2.returncode == 0 and "up to date" in r2.stdout, r2.stderr
 
 
+def test_a_migrate_by_another_superuser_leaves_the_owner_s_privileges(db, connect):
+    """sql/090 gave the owner's own privileges (donto.setting, the writers' locks) to
+    current_user: a migrate run by another superuser granted them to it, and revoked
+    nothing from the owner."""
+    other = f"super_{uuid.uuid4().hex[:8]}"
+    db.execute(f"create role {other} superuser login")
+    db.commit()
+    try:
+        them = connect()
+        them.execute(f"set session authorization {other}")
+        assert migrate.migrate(them, repair=True) == []
+        them.commit()
+        owner = db.execute("select nspowner::regrole::text from pg_namespace "
+                           "where nspname = 'donto'").fetchone()[0]
+        assert owner != other
+        acl = dict(db.execute(
+            "select c.relname, c.relacl::text from pg_class c "
+            "where c.relnamespace = 'donto'::regnamespace "
+            "and c.relname in ('setting', 'writer_lock', 'statement')").fetchall())
+        assert other not in " ".join(acl.values())
+        granted = dict(db.execute(
+            "select c.relname, array_agg(a.privilege_type::text order by a.privilege_type) "
+            "from pg_class c, aclexplode(c.relacl) a "
+            "where c.relnamespace = 'donto'::regnamespace and a.grantee = %s::regrole "
+            "and c.relname in ('setting', 'writer_lock', 'statement') group by 1",
+            (owner,)).fetchall())  # the owner is a superuser: its grants, not its powers
+        assert {"UPDATE", "DELETE", "TRUNCATE"} <= set(granted["setting"])
+        assert "UPDATE" in granted["writer_lock"]
+        assert not {"UPDATE", "DELETE", "TRUNCATE"} & set(granted["statement"])
+        them.close()
+    finally:
+        db.rollback()
+        db.execute(f"drop owned by {other}")
+        db.execute(f"drop role {other}")
+        db.commit()
+
+
 def test_changed_sql_sources_run_again(db, tmp_path, monkeypatch):
     migrate.migrate(db)
     copy = tmp_path / "sql"
