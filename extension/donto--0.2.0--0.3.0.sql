@@ -883,6 +883,28 @@ comment on column donto.writer_lock.lock_key is
 
 insert into donto.migration (name, sha256) values ('031-writer-lock.sql', '6076016cb53e957ecde04b75167d84361b8aee5e1ab9f3f582c1ccd7ed7abda8');
 
+-- migrations/032-retraction-by-hand.sql
+-- 032: which retractions someone asked for. A statement is retracted by the database itself
+-- (an append supersedes the old last window, a changed conversation its old text, newer
+-- standing rules what older ones found, an unanchored claim is stored retracted) or by a
+-- caller of donto.retract ("forget my password hint"). A conversation that grows is
+-- projected anew where its text changed: the re-cut last window and the standing statements
+-- of the longer revision are new statements, and a retraction asked for on the old ones
+-- has to carry over to them (donto._carry_retractions), or the next message brings the
+-- forgotten text back. Rows before this migration are all marked false (an UPDATE is
+-- refused by I3).
+
+alter table donto.retraction add column by_hand boolean not null default false;
+
+comment on column donto.retraction.by_hand is
+'True for a retraction asked for through donto.retract (and those carried over from one to '
+'the same text of a longer revision); false for the database''s own (superseded, refused).';
+
+create index retraction_by_hand_idx on donto.retraction (statement_id) where by_hand;
+
+
+insert into donto.migration (name, sha256) values ('032-retraction-by-hand.sql', 'a55e168eaa868ad5bb2d64720a627162c11f49e9aab4d03370d6232061ea2f3e');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1812,6 +1834,42 @@ comment on function donto.span_text(bigint, integer, integer) is
 'The exact text of a revision span [start, end); offsets count characters (0-based), not '
 'bytes.';
 
+create or replace function donto.revision_lineage(p_revision_id bigint)
+returns setof bigint
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The revision, the revisions it extends and the revisions that extend it
+(transitively, donto.revision_extension): revisions whose bodies are prefixes
+of one another, so that a span of one inside the shorter body is the same text
+in all. A recalled chunk kept from an earlier revision answers a question about
+a later one.
+*/
+    with recursive
+    up as (
+        select $1 as rev
+        union
+        select x.extends_revision_id from up
+        inner join donto.revision_extension as x on x.revision_id = up.rev
+    ),
+    down as (
+        select $1 as rev
+        union
+        select x.revision_id from down
+        inner join donto.revision_extension as x on x.extends_revision_id = down.rev
+    )
+    select up.rev from up
+    union
+    select down.rev from down;
+$$;
+
+comment on function donto.revision_lineage(bigint) is
+'A revision with those it extends and those extending it (bodies that are prefixes of one '
+'another): spans in the shorter body are the same text in all.';
+
 
 -- sql/030-bitemporal.sql
 -- Bitemporality: valid time (statement.valid_time) and transaction time
@@ -1829,7 +1887,9 @@ as $$
    arguments): the login role (session_user), the role the session SET (current_user is
    the owner here), the backend pid and the transaction time (tx_from). A session
    retracts a statement of a document it may add to (donto._check_document_writer,
-   42501), or one it filed in an A/B arm's measure context. */
+   42501), or one it filed in an A/B arm's measure context. The row is marked by_hand:
+   when the conversation grows, the same text in the longer revision is retracted too
+   (donto._carry_retractions). */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
@@ -1854,7 +1914,7 @@ begin
     if reason is null or btrim(reason) = '' then
         raise exception 'donto.retract: a reason is required' using errcode = '22023';
     end if;
-    insert into donto.retraction (statement_id, reason) values (v_sid, reason)
+    insert into donto.retraction (statement_id, reason, by_hand) values (v_sid, reason, true)
     on conflict on constraint retraction_statement_id_key do nothing
     returning retraction_id into v_id;
     if v_id is null then
@@ -2373,6 +2433,8 @@ begin
         limit 1;
         if found then
             v_n := donto._extend_recall(v_proj, rev_id);
+            -- what was retracted by hand in the text it grew from stays retracted
+            perform donto._carry_retractions(v_ctx, rev_id);
         end if;
     end if;
     if v_proj is null then
@@ -5142,24 +5204,42 @@ as $$
 /*
 Blocks of the run's projection B (its params) of REVISION_IDS (all if null)
 that have no ingested response for the run, in body order; at most MAX_BLOCKS.
+A block of a grown conversation that the run extracted in a revision of its
+lineage (donto.revision_lineage: bodies that are prefixes of one another) is
+not pending: the same span there is the same text and the same prompt (an
+append copies the blocks before its last session, donto._extend_extraction),
+and its claims, anchored in that revision, stand for both.
 */
+    with proj as (
+        select p.projection_id, array(select donto.revision_lineage(p.revision_id)) as lineage
+        from donto.extraction_run as r
+        inner join donto.projection as p
+            on p.kind = 'extraction' and p.strategy = 'turn-coherent-v1' and r.params = p.params
+        where r.run_id = $1 and ($2 is null or p.revision_id = any($2))
+    ),
+    done as materialized (
+        select o.revision_id, o.kind, o.char_start, o.char_end, o.prefix_start, o.prefix_end
+        from donto.extraction_response as x
+        inner join donto.extraction_block as o on x.block_id = o.block_id
+        where x.run_id = $1
+    )
     select b.block_id, b.revision_id, b.seq, b.kind
-    from donto.extraction_run as r
-    inner join donto.projection as p
-        on p.kind = 'extraction' and p.strategy = 'turn-coherent-v1' and r.params = p.params
-    inner join donto.extraction_block as b on p.projection_id = b.projection_id
-    where r.run_id = $1
-          and ($2 is null or p.revision_id = any($2))
-          and not exists (
-              select 1 from donto.extraction_response as x
-              where x.block_id = b.block_id and x.run_id = r.run_id
-          )
+    from proj
+    inner join donto.extraction_block as b on proj.projection_id = b.projection_id
+    where not exists (
+        select 1 from done as d
+        where d.revision_id = any(proj.lineage)
+              and (d.kind, d.char_start, d.char_end) = (b.kind, b.char_start, b.char_end)
+              and d.prefix_start is not distinct from b.prefix_start
+              and d.prefix_end is not distinct from b.prefix_end
+    )
     order by b.revision_id, b.seq
     limit $3;
 $$;
 
 comment on function donto.pending_extraction_blocks(bigint, bigint[], integer) is
-'Blocks still to extract in a run: no ingested response for it yet (resumability).';
+'Blocks still to extract in a run: no ingested response for it, nor for the same span in a '
+'revision of its lineage (resumability; a grown conversation extracts its new blocks only).';
 
 -- -- ingestion --------------------------------------------------------------------------
 
@@ -5597,17 +5677,21 @@ begin
     from c
     where c.a_start is not null;
 
-    -- On the record, never a current fact: claims of an injected response, unanchored claims.
-    perform donto.retract(c.sid, 'donto.ingest_extraction: not a current fact: ' || case
+    -- On the record, never a current fact: claims of an injected response, unanchored claims
+    -- (the database's own retraction, not one asked for: by_hand false).
+    insert into donto.retraction (statement_id, reason)
+    select c.sid, 'donto.ingest_extraction: not a current fact: ' || case
         when v_injection = 1
             then 'the response was flagged as injected ('
                  || (select pg_catalog.string_agg(g.s, '; ')
                      from pg_catalog.jsonb_array_elements_text(v_signals) as g (s))
                  || ')' || coalesce('; ' || c.unanchored, '')
         else c.unanchored
-    end)
+    end
     from pg_catalog.jsonb_to_recordset(v_claims) as c (sid bigint, unanchored text)
-    where v_injection = 1 or c.unanchored is not null;
+    where v_injection = 1 or c.unanchored is not null
+    order by c.sid
+    on conflict do nothing;
 
     -- Standing claims that stayed current facts join standing memory (sql/086-standing.sql).
     perform donto._standing_from_claims(v_resp);
@@ -7730,9 +7814,11 @@ begin
             end if;
             v_superseded := v_last.statement_id;
             v_from := v_last.char_start;
-            perform donto.retract(v_last.statement_id, pg_catalog.format(
+            insert into donto.retraction (statement_id, reason)
+            values (v_last.statement_id, pg_catalog.format(
                 'donto.append: superseded by revision %s (the conversation grew; the window '
-                'was cut again)', p_revision_id));
+                'was cut again)', p_revision_id))
+            on conflict do nothing;
             v_before := v_before - 1;
         end if;
         insert into donto.statement (
@@ -8022,41 +8108,55 @@ comment on function donto._extend_extraction(bigint, bigint) is
 'Projection B of an extending revision: the blocks before the last session copied from the '
 'revision it extends, the rest segmented again.';
 
-create or replace function donto.revision_lineage(p_revision_id bigint)
-returns setof bigint
+create or replace function donto._carry_retractions(p_context_id bigint, p_revision_id bigint)
+returns integer
 language sql
-stable
+volatile
 security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-The revision, the revisions it extends and the revisions that extend it
-(transitively, donto.revision_extension): revisions whose bodies are prefixes
-of one another, so that a span of one inside the shorter body is the same text
-in all. A recalled chunk kept from an earlier revision answers a question about
-a later one.
+A conversation grew: revision P_REVISION_ID (which extends others, donto.revision_lineage)
+was projected into context P_CONTEXT_ID, as new statements where its text changed (the
+re-cut last window, the standing statements of the longer text). Each of them that
+overlaps a statement of the same predicate retracted by hand (donto.retract) in a
+revision of its lineage is retracted too, "carried over from statement N: <reason>":
+what someone asked to forget stays forgotten, the new window that holds it included.
+Returns the count. Called by donto.project_recall and donto.project_standing (as the
+owner).
 */
-    with recursive
-    up as (
-        select $1 as rev
-        union
-        select x.extends_revision_id from up
-        inner join donto.revision_extension as x on x.revision_id = up.rev
+    with gone as (
+        select o.statement_id, o.predicate, o.char_start, o.char_end, r.reason
+        from donto.retraction as r
+        inner join donto.statement as o on r.statement_id = o.statement_id
+        where r.by_hand and o.context_id = p_context_id
+              and o.derived_from_revision <> p_revision_id
+              and o.derived_from_revision in (
+                  select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
     ),
-    down as (
-        select $1 as rev
-        union
-        select x.revision_id from down
-        inner join donto.revision_extension as x on x.extends_revision_id = down.rev
+    carried as (
+        insert into donto.retraction (statement_id, reason, by_hand)
+        select distinct on (s.statement_id)
+            s.statement_id,
+            pg_catalog.format('carried over from statement %s: %s', g.statement_id, g.reason),
+            true
+        from gone as g
+        inner join donto.statement as s
+            on s.derived_from_revision = p_revision_id and s.context_id = p_context_id
+               and s.predicate = g.predicate
+               and s.char_start < g.char_end and g.char_start < s.char_end
+        where not exists (select 1 from donto.retraction as r2
+                          where r2.statement_id = s.statement_id)
+        order by s.statement_id, g.statement_id
+        on conflict do nothing
+        returning 1
     )
-    select up.rev from up
-    union
-    select down.rev from down;
+    select pg_catalog.count(*)::integer from carried;
 $$;
 
-comment on function donto.revision_lineage(bigint) is
-'A revision with those it extends and those extending it (bodies that are prefixes of one '
-'another): spans in the shorter body are the same text in all.';
+comment on function donto._carry_retractions(bigint, bigint) is
+'Retract the statements of a grown revision in a context that overlap a statement retracted '
+'by hand in a revision it extends (what was asked to be forgotten stays forgotten).';
 
 create or replace function donto._retract_superseded(p_context_id bigint, p_revision_id bigint)
 returns integer
@@ -8201,16 +8301,24 @@ covers them) ('superseded: standing rules <P_RULES> replace <older>'). A newer v
 statements are never touched: a session running older rules retracts nothing. Returns
 how many it retracted.
 */
-    select pg_catalog.count(donto.retract(x.statement_id, pg_catalog.format(
-        'superseded: standing rules %s replace %s', p_rules, p.strategy)))::integer
-    from donto.x_standing as x
-    inner join donto.projection as p on x.projection_id = p.projection_id
-    where x.revision_id in (select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
-          and p.context_id = p_context_id and p.kind = 'standing'
-          and pg_catalog.substring(p.strategy, '^rules-v([0-9]+)$')::integer
-          < pg_catalog.substring(p_rules, '^rules-v([0-9]+)$')::integer
-          and not exists (select 1 from donto.retraction as r
-                          where r.statement_id = x.statement_id);
+    with gone as (
+        insert into donto.retraction (statement_id, reason)
+        select x.statement_id,
+               pg_catalog.format('superseded: standing rules %s replace %s', p_rules, p.strategy)
+        from donto.x_standing as x
+        inner join donto.projection as p on x.projection_id = p.projection_id
+        where x.revision_id in (
+                  select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
+              and p.context_id = p_context_id and p.kind = 'standing'
+              and pg_catalog.substring(p.strategy, '^rules-v([0-9]+)$')::integer
+              < pg_catalog.substring(p_rules, '^rules-v([0-9]+)$')::integer
+              and not exists (select 1 from donto.retraction as r
+                              where r.statement_id = x.statement_id)
+        order by x.statement_id
+        on conflict do nothing
+        returning 1
+    )
+    select pg_catalog.count(*)::integer from gone;
 $$;
 
 comment on function donto._retract_older_rules(bigint, bigint, text) is
@@ -8327,6 +8435,8 @@ begin
     order by d.ord;
     get diagnostics v_n = row_count;
     perform donto._retract_older_rules(rev_id, v_ctx, v_rules);
+    -- A grown conversation: what was retracted by hand in the text it extends stays so.
+    perform donto._carry_retractions(v_ctx, rev_id);
     -- A changed conversation: the standing statements of the revisions it does not
     -- extend are retracted as superseded (those it extends are covered by it).
     perform donto._retract_superseded(v_ctx, rev_id);

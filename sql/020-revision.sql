@@ -856,3 +856,39 @@ $$;
 comment on function donto.span_text(bigint, integer, integer) is
 'The exact text of a revision span [start, end); offsets count characters (0-based), not '
 'bytes.';
+
+create or replace function donto.revision_lineage(p_revision_id bigint)
+returns setof bigint
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The revision, the revisions it extends and the revisions that extend it
+(transitively, donto.revision_extension): revisions whose bodies are prefixes
+of one another, so that a span of one inside the shorter body is the same text
+in all. A recalled chunk kept from an earlier revision answers a question about
+a later one.
+*/
+    with recursive
+    up as (
+        select $1 as rev
+        union
+        select x.extends_revision_id from up
+        inner join donto.revision_extension as x on x.revision_id = up.rev
+    ),
+    down as (
+        select $1 as rev
+        union
+        select x.revision_id from down
+        inner join donto.revision_extension as x on x.extends_revision_id = down.rev
+    )
+    select up.rev from up
+    union
+    select down.rev from down;
+$$;
+
+comment on function donto.revision_lineage(bigint) is
+'A revision with those it extends and those extending it (bodies that are prefixes of one '
+'another): spans in the shorter body are the same text in all.';

@@ -13,7 +13,9 @@ as $$
    arguments): the login role (session_user), the role the session SET (current_user is
    the owner here), the backend pid and the transaction time (tx_from). A session
    retracts a statement of a document it may add to (donto._check_document_writer,
-   42501), or one it filed in an A/B arm's measure context. */
+   42501), or one it filed in an A/B arm's measure context. The row is marked by_hand:
+   when the conversation grows, the same text in the longer revision is retracted too
+   (donto._carry_retractions). */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
@@ -38,7 +40,7 @@ begin
     if reason is null or btrim(reason) = '' then
         raise exception 'donto.retract: a reason is required' using errcode = '22023';
     end if;
-    insert into donto.retraction (statement_id, reason) values (v_sid, reason)
+    insert into donto.retraction (statement_id, reason, by_hand) values (v_sid, reason, true)
     on conflict on constraint retraction_statement_id_key do nothing
     returning retraction_id into v_id;
     if v_id is null then

@@ -114,6 +114,8 @@ begin
         limit 1;
         if found then
             v_n := donto._extend_recall(v_proj, rev_id);
+            -- what was retracted by hand in the text it grew from stays retracted
+            perform donto._carry_retractions(v_ctx, rev_id);
         end if;
     end if;
     if v_proj is null then

@@ -669,24 +669,42 @@ as $$
 /*
 Blocks of the run's projection B (its params) of REVISION_IDS (all if null)
 that have no ingested response for the run, in body order; at most MAX_BLOCKS.
+A block of a grown conversation that the run extracted in a revision of its
+lineage (donto.revision_lineage: bodies that are prefixes of one another) is
+not pending: the same span there is the same text and the same prompt (an
+append copies the blocks before its last session, donto._extend_extraction),
+and its claims, anchored in that revision, stand for both.
 */
+    with proj as (
+        select p.projection_id, array(select donto.revision_lineage(p.revision_id)) as lineage
+        from donto.extraction_run as r
+        inner join donto.projection as p
+            on p.kind = 'extraction' and p.strategy = 'turn-coherent-v1' and r.params = p.params
+        where r.run_id = $1 and ($2 is null or p.revision_id = any($2))
+    ),
+    done as materialized (
+        select o.revision_id, o.kind, o.char_start, o.char_end, o.prefix_start, o.prefix_end
+        from donto.extraction_response as x
+        inner join donto.extraction_block as o on x.block_id = o.block_id
+        where x.run_id = $1
+    )
     select b.block_id, b.revision_id, b.seq, b.kind
-    from donto.extraction_run as r
-    inner join donto.projection as p
-        on p.kind = 'extraction' and p.strategy = 'turn-coherent-v1' and r.params = p.params
-    inner join donto.extraction_block as b on p.projection_id = b.projection_id
-    where r.run_id = $1
-          and ($2 is null or p.revision_id = any($2))
-          and not exists (
-              select 1 from donto.extraction_response as x
-              where x.block_id = b.block_id and x.run_id = r.run_id
-          )
+    from proj
+    inner join donto.extraction_block as b on proj.projection_id = b.projection_id
+    where not exists (
+        select 1 from done as d
+        where d.revision_id = any(proj.lineage)
+              and (d.kind, d.char_start, d.char_end) = (b.kind, b.char_start, b.char_end)
+              and d.prefix_start is not distinct from b.prefix_start
+              and d.prefix_end is not distinct from b.prefix_end
+    )
     order by b.revision_id, b.seq
     limit $3;
 $$;
 
 comment on function donto.pending_extraction_blocks(bigint, bigint[], integer) is
-'Blocks still to extract in a run: no ingested response for it yet (resumability).';
+'Blocks still to extract in a run: no ingested response for it, nor for the same span in a '
+'revision of its lineage (resumability; a grown conversation extracts its new blocks only).';
 
 -- -- ingestion --------------------------------------------------------------------------
 
@@ -1124,17 +1142,21 @@ begin
     from c
     where c.a_start is not null;
 
-    -- On the record, never a current fact: claims of an injected response, unanchored claims.
-    perform donto.retract(c.sid, 'donto.ingest_extraction: not a current fact: ' || case
+    -- On the record, never a current fact: claims of an injected response, unanchored claims
+    -- (the database's own retraction, not one asked for: by_hand false).
+    insert into donto.retraction (statement_id, reason)
+    select c.sid, 'donto.ingest_extraction: not a current fact: ' || case
         when v_injection = 1
             then 'the response was flagged as injected ('
                  || (select pg_catalog.string_agg(g.s, '; ')
                      from pg_catalog.jsonb_array_elements_text(v_signals) as g (s))
                  || ')' || coalesce('; ' || c.unanchored, '')
         else c.unanchored
-    end)
+    end
     from pg_catalog.jsonb_to_recordset(v_claims) as c (sid bigint, unanchored text)
-    where v_injection = 1 or c.unanchored is not null;
+    where v_injection = 1 or c.unanchored is not null
+    order by c.sid
+    on conflict do nothing;
 
     -- Standing claims that stayed current facts join standing memory (sql/086-standing.sql).
     perform donto._standing_from_claims(v_resp);

@@ -461,9 +461,11 @@ begin
             end if;
             v_superseded := v_last.statement_id;
             v_from := v_last.char_start;
-            perform donto.retract(v_last.statement_id, pg_catalog.format(
+            insert into donto.retraction (statement_id, reason)
+            values (v_last.statement_id, pg_catalog.format(
                 'donto.append: superseded by revision %s (the conversation grew; the window '
-                'was cut again)', p_revision_id));
+                'was cut again)', p_revision_id))
+            on conflict do nothing;
             v_before := v_before - 1;
         end if;
         insert into donto.statement (
@@ -753,41 +755,55 @@ comment on function donto._extend_extraction(bigint, bigint) is
 'Projection B of an extending revision: the blocks before the last session copied from the '
 'revision it extends, the rest segmented again.';
 
-create or replace function donto.revision_lineage(p_revision_id bigint)
-returns setof bigint
+create or replace function donto._carry_retractions(p_context_id bigint, p_revision_id bigint)
+returns integer
 language sql
-stable
+volatile
 security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-The revision, the revisions it extends and the revisions that extend it
-(transitively, donto.revision_extension): revisions whose bodies are prefixes
-of one another, so that a span of one inside the shorter body is the same text
-in all. A recalled chunk kept from an earlier revision answers a question about
-a later one.
+A conversation grew: revision P_REVISION_ID (which extends others, donto.revision_lineage)
+was projected into context P_CONTEXT_ID, as new statements where its text changed (the
+re-cut last window, the standing statements of the longer text). Each of them that
+overlaps a statement of the same predicate retracted by hand (donto.retract) in a
+revision of its lineage is retracted too, "carried over from statement N: <reason>":
+what someone asked to forget stays forgotten, the new window that holds it included.
+Returns the count. Called by donto.project_recall and donto.project_standing (as the
+owner).
 */
-    with recursive
-    up as (
-        select $1 as rev
-        union
-        select x.extends_revision_id from up
-        inner join donto.revision_extension as x on x.revision_id = up.rev
+    with gone as (
+        select o.statement_id, o.predicate, o.char_start, o.char_end, r.reason
+        from donto.retraction as r
+        inner join donto.statement as o on r.statement_id = o.statement_id
+        where r.by_hand and o.context_id = p_context_id
+              and o.derived_from_revision <> p_revision_id
+              and o.derived_from_revision in (
+                  select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
     ),
-    down as (
-        select $1 as rev
-        union
-        select x.revision_id from down
-        inner join donto.revision_extension as x on x.extends_revision_id = down.rev
+    carried as (
+        insert into donto.retraction (statement_id, reason, by_hand)
+        select distinct on (s.statement_id)
+            s.statement_id,
+            pg_catalog.format('carried over from statement %s: %s', g.statement_id, g.reason),
+            true
+        from gone as g
+        inner join donto.statement as s
+            on s.derived_from_revision = p_revision_id and s.context_id = p_context_id
+               and s.predicate = g.predicate
+               and s.char_start < g.char_end and g.char_start < s.char_end
+        where not exists (select 1 from donto.retraction as r2
+                          where r2.statement_id = s.statement_id)
+        order by s.statement_id, g.statement_id
+        on conflict do nothing
+        returning 1
     )
-    select up.rev from up
-    union
-    select down.rev from down;
+    select pg_catalog.count(*)::integer from carried;
 $$;
 
-comment on function donto.revision_lineage(bigint) is
-'A revision with those it extends and those extending it (bodies that are prefixes of one '
-'another): spans in the shorter body are the same text in all.';
+comment on function donto._carry_retractions(bigint, bigint) is
+'Retract the statements of a grown revision in a context that overlap a statement retracted '
+'by hand in a revision it extends (what was asked to be forgotten stays forgotten).';
 
 create or replace function donto._retract_superseded(p_context_id bigint, p_revision_id bigint)
 returns integer

@@ -65,16 +65,24 @@ covers them) ('superseded: standing rules <P_RULES> replace <older>'). A newer v
 statements are never touched: a session running older rules retracts nothing. Returns
 how many it retracted.
 */
-    select pg_catalog.count(donto.retract(x.statement_id, pg_catalog.format(
-        'superseded: standing rules %s replace %s', p_rules, p.strategy)))::integer
-    from donto.x_standing as x
-    inner join donto.projection as p on x.projection_id = p.projection_id
-    where x.revision_id in (select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
-          and p.context_id = p_context_id and p.kind = 'standing'
-          and pg_catalog.substring(p.strategy, '^rules-v([0-9]+)$')::integer
-          < pg_catalog.substring(p_rules, '^rules-v([0-9]+)$')::integer
-          and not exists (select 1 from donto.retraction as r
-                          where r.statement_id = x.statement_id);
+    with gone as (
+        insert into donto.retraction (statement_id, reason)
+        select x.statement_id,
+               pg_catalog.format('superseded: standing rules %s replace %s', p_rules, p.strategy)
+        from donto.x_standing as x
+        inner join donto.projection as p on x.projection_id = p.projection_id
+        where x.revision_id in (
+                  select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
+              and p.context_id = p_context_id and p.kind = 'standing'
+              and pg_catalog.substring(p.strategy, '^rules-v([0-9]+)$')::integer
+              < pg_catalog.substring(p_rules, '^rules-v([0-9]+)$')::integer
+              and not exists (select 1 from donto.retraction as r
+                              where r.statement_id = x.statement_id)
+        order by x.statement_id
+        on conflict do nothing
+        returning 1
+    )
+    select pg_catalog.count(*)::integer from gone;
 $$;
 
 comment on function donto._retract_older_rules(bigint, bigint, text) is
@@ -191,6 +199,8 @@ begin
     order by d.ord;
     get diagnostics v_n = row_count;
     perform donto._retract_older_rules(rev_id, v_ctx, v_rules);
+    -- A grown conversation: what was retracted by hand in the text it extends stays so.
+    perform donto._carry_retractions(v_ctx, rev_id);
     -- A changed conversation: the standing statements of the revisions it does not
     -- extend are retracted as superseded (those it extends are covered by it).
     perform donto._retract_superseded(v_ctx, rev_id);

@@ -397,6 +397,10 @@ def test_a_changed_conversation_supersedes_the_old_one_in_recall(db):
     grown = api.add_conversation(db, chat("Oslo", "French") + [
         {"role": "user", "content": "My cat is called Tom."}], "chat:t/moved", embed=False)
     assert any("Tom" in t for t in live("episodic")) and any("Oslo" in t for t in live("episodic"))
+    # the grown text superseded its old last window: the database's own retraction, which
+    # is not carried over (donto._carry_retractions carries those asked for by hand)
+    assert db.execute("select count(*) filter (where by_hand), count(*) from donto.retraction"
+                      ).fetchone() == (0, 1)
     before = db.execute("select now()").fetchone()[0]
     db.commit()
     new = api.add_conversation(db, chat("Bergen", "German"), "chat:t/moved", embed=False)
@@ -565,4 +569,107 @@ def test_undated_appended_turns_are_dated_as_a_load_dates_them(db):
     assert db.execute("select extends_revision_id from donto.revision_extension "
                       "where revision_id = %s", (longer,)).fetchone() == (appended,)
     assert first != appended
+    db.commit()
+
+
+def test_extracting_a_grown_conversation_extracts_only_its_new_blocks(db):
+    """Found by review: an append copies the blocks before the last session under new
+    ids, so the next `extract` sent every block of the conversation to the provider again
+    and stored every claim twice."""
+    from donto_pg import extract
+
+    rev1 = load(db, conversation(OLD))
+    info = db.info
+
+    def factory() -> psycopg.Connection:
+        return psycopg.connect(host=info.host, port=info.port, user=info.user,
+                               dbname=info.dbname)
+
+    def run() -> extract.ExtractionReport:
+        return extract.run_extraction(factory, conversations=[IRI], alarm_after=0,
+                                      concurrency=1)
+
+    first = run()
+    assert first.ok and first.progress.done == len(blocks(db, rev1)) > 0
+    rev2 = loader.append_turns(db, IRI, messages(conversation(NEW), OLD))
+    db.commit()
+    old_spans = {b[1:4] + b[5:7] for b in blocks(db, rev1)}
+    new_spans = [b[1:4] + b[5:7] for b in blocks(db, rev2)]
+    fresh = [s for s in new_spans if s not in old_spans]
+    assert 0 < len(fresh) < len(new_spans)
+    second = run()
+    assert second.run_id == first.run_id and second.ok
+    assert second.progress.done == len(fresh)  # the new blocks only
+    assert run().progress.total == 0
+    current = db.execute(
+        "select s.subject, s.predicate, s.object_lit ->> 'v', s.char_start "
+        "from donto.x_claim as x join donto.statement_current as s using (statement_id) "
+        "join donto.extraction_block as b using (block_id) where b.revision_id in (%s, %s)",
+        (rev1, rev2)).fetchall()
+    assert current and len(current) == len(set(current))  # no claim twice
+    db.commit()
+
+
+def test_what_was_retracted_by_hand_stays_retracted_when_the_conversation_grows(db):
+    """Found by review: the next message brought a retracted chunk and a retracted standing
+    instruction back (the re-cut last window and the longer revision's standing statements
+    are new statements)."""
+    from donto_pg import api
+
+    iri = "chat:t/forget"
+    rule = "Always include audiobook narrator details when I ask about audiobooks."
+    secret = "My password hint is blue-falcon."
+    filler = "Audiobooks are a fine way to spend a commute, and libraries lend them.\n" * 20
+    rev1 = api.add_conversation(db, [
+        {"role": "user", "content": rule, "timestamp": "2024-03-02"},
+        {"role": "assistant", "content": filler},
+        {"role": "user", "content": secret},
+        {"role": "assistant", "content": "Noted."}], iri, embed=False)
+    ctx = db.execute("select donto.recall_context_iri(%s)", (iri,)).fetchone()[0]
+    chunk, = db.execute("select c.statement_id from donto.revision_chunks(%s) c "
+                        "where c.chunk_text like %s", (rev1, f"%{secret}%")).fetchone()
+    instruction, = db.execute("select statement_id from donto.standing(%s) "
+                              "where statement_text = %s", (ctx, rule)).fetchone()
+    kept, = db.execute("select c.statement_id from donto.revision_chunks(%s) c "
+                       "where c.chunk_text like %s", (rev1, f"%{rule}%")).fetchone()
+    assert kept != chunk  # two windows: the secret's is the last
+    db.execute("select donto.retract(%s, 'forget my password hint')", (chunk,))
+    db.execute("select donto.retract(%s, 'stop the narrator details')", (instruction,))
+    db.commit()
+    before = db.execute("select now()").fetchone()[0]
+    db.commit()
+
+    rev2 = loader.append_turns(db, iri, [{"role": "user", "content": "Also, I like tea."},
+                                         {"role": "assistant", "content": "Tea it is."}])
+    db.commit()
+    assert rev2 != rev1
+    current = db.execute("select c.chunk_text, c.statement_id = %s from "
+                         "donto.revision_chunks(%s) c join donto.statement_current s "
+                         "using (statement_id)", (kept, rev2)).fetchall()
+    assert current and not any(secret in text for text, _ in current)
+    assert [k for _, k in current] == [True]  # the untouched window is kept as it was
+    carried = db.execute(
+        "select r.reason, r.by_hand, s.predicate from donto.retraction r "
+        "join donto.statement s using (statement_id) where s.derived_from_revision = %s "
+        "and r.reason like 'carried over%%' order by s.predicate", (rev2,)).fetchall()
+    assert carried == [
+        (f"carried over from statement {chunk}: forget my password hint", True,
+         "mem:episodic/chunk"),
+        (f"carried over from statement {instruction}: stop the narrator details", True,
+         "mem:standing/instruction")]
+    assert not db.execute("select 1 from donto.standing(%s) where statement_text = %s",
+                          (ctx, rule)).fetchall()
+    assert db.execute("select count(*) from donto.retraction where by_hand").fetchone() == (4,)
+    hits = db.execute("select chunk_text from donto.recall_by_vector(null, 'password hint', "
+                      "k => 5, context => %s, arms => 'lexical')", (ctx,)).fetchall()
+    assert not any(secret in h[0] for h in hits)
+    # growing it again carries the retraction on; as_of before the first append still
+    # sees the old revision's statements as they were then (retracted by then)
+    rev3 = loader.append_turns(db, iri, [{"role": "user", "content": "And coffee."}])
+    db.commit()
+    assert not any(secret in t for t, in db.execute(
+        "select c.chunk_text from donto.revision_chunks(%s) c "
+        "join donto.statement_current s using (statement_id)", (rev3,)).fetchall())
+    assert not db.execute("select 1 from donto.standing(%s, as_of => %s) "
+                          "where statement_text = %s", (ctx, before, rule)).fetchall()
     db.commit()
