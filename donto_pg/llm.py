@@ -90,6 +90,13 @@ BASELINE = "baseline"
 #: provider, short enough that a stalled one cannot hold a run.
 DEFAULT_DEADLINE_S = 300.0
 
+#: The most bytes of an answer read from a provider; a larger one is refused unread (the
+#: database keeps at most 5,000,000 characters of a response, and a character is at most
+#: 6 bytes in JSON's escapes). Without it a hostile provider's answer filled memory.
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+#: The most bytes of an error answer read (its message is all that is used).
+MAX_ERROR_BYTES = 64 * 1024
+
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _SNIPPET = 300
 
@@ -348,6 +355,14 @@ class _HTTPHandler(urllib.request.HTTPHandler):
         return self.do_open(self._deadline.connection(http.client.HTTPConnection), req)
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follow no redirect: urllib's handler re-sent a POST as a GET to wherever the
+    provider pointed, with every header, the API key included. A 3xx is an HTTP error."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class _HTTPSHandler(urllib.request.HTTPSHandler):
     def __init__(self, deadline: _Deadline) -> None:
         super().__init__()
@@ -386,14 +401,14 @@ class _Http:
             # one opener per request: its handlers carry this request's deadline
             opener = urllib.request.build_opener(
                 urllib.request.ProxyHandler({} if host in _LOOPBACK else None),
-                _HTTPHandler(deadline), _HTTPSHandler(deadline))
+                _HTTPHandler(deadline), _HTTPSHandler(deadline), _NoRedirect())
             try:
                 try:
                     with opener.open(request, timeout=provider.timeout) as resp:
-                        raw = resp.read()
+                        raw = resp.read(MAX_RESPONSE_BYTES + 1)
                 except urllib.error.HTTPError as exc:
                     error = exc
-                    raw = exc.read() if exc.fp is not None else b""
+                    raw = exc.read(MAX_ERROR_BYTES) if exc.fp is not None else b""
             except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
                 if not deadline.expired:
                     reason = getattr(exc, "reason", None) or exc
@@ -403,6 +418,8 @@ class _Http:
         if error is not None:
             body = raw.decode("utf-8", "replace")
             raise self._status_error(provider, error.code, body, error.headers)
+        if len(raw) > MAX_RESPONSE_BYTES:
+            raise _Retryable(f"an answer larger than {MAX_RESPONSE_BYTES} bytes: refused unread")
         latency = time.monotonic() - started
         return self._parse(provider, raw, latency)
 
@@ -420,7 +437,12 @@ class _Http:
         if status >= 500:
             return _Retryable(f"HTTP {status} server error: {message}", retry_after)
         hint = ""
-        if status in (401, 403):
+        if 300 <= status < 400:
+            where = headers.get("Location") if headers is not None else None
+            hint = (f" (the provider redirected to {where!r}; donto-pg follows no redirect, "
+                    "which would send the API key elsewhere: set base_url to where it points "
+                    "if you trust it)")
+        elif status in (401, 403):
             env = provider.api_key_env
             hint = f" (check the API key in ${env})" if env else " (no api_key_env configured)"
         elif status == 404:

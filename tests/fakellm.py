@@ -336,6 +336,9 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(seconds)
 
     def do_GET(self) -> None:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        self.fake._record(RecordedRequest(path=self.path, headers=headers, body=None, prompt="",
+                                          status=405))
         out = _error_body("use POST /v1/chat/completions", "method_not_allowed").encode()
         self.send_response(405)
         self.send_header("Content-Type", "application/json")

@@ -503,3 +503,37 @@ def test_a_key_written_with_escapes_withholds_the_answer(
     fake_a.script(Reply(body=json.dumps({"model": "m", "choices": [
         {"message": {"content": '[{"o": "caf\\u00e9 \\u65e5"}]'}, "finish_reason": "stop"}]})))
     assert p.complete(MESSAGES).text == '[{"o": "caf\\u00e9 \\u65e5"}]'
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_is_a_fatal_error_and_sends_the_key_nowhere(
+    fake_a: FakeLLM, fake_b: FakeLLM, monkeypatch: pytest.MonkeyPatch, clock: FakeClock,
+    status: int
+) -> None:
+    """Found by review: urllib followed a 302 to another host as a GET with every header,
+    the API key included, and took that host's answer for the model's."""
+    monkeypatch.setenv("DONTO_TEST_LLM_KEY", "sk-redirected-42")
+    elsewhere = fake_b.base_url + "/chat/completions"
+    fake_a.script(Reply(status=status, body="", headers={"Location": elsewhere}))
+    p = pool(provider(fake_a, "a", api_key_env="DONTO_TEST_LLM_KEY"), clock=clock)
+    with pytest.raises(ProviderFatalError, match=f"HTTP {status}: .*redirect") as info:
+        p.complete(MESSAGES)
+    assert elsewhere in str(info.value) and "sk-redirected-42" not in str(info.value)
+    assert fake_b.requests == []  # nothing went there: no request, no key
+    assert len(fake_a.requests) == 1
+
+
+def test_an_answer_past_the_size_cap_is_refused_unread(
+    fake_a: FakeLLM, fake_b: FakeLLM, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: the client read a provider's whole answer into memory (700 MB: 2.2 GB
+    of memory) before the database refused all but 5,000,000 characters of it."""
+    import donto_pg.llm as llm
+
+    monkeypatch.setattr(llm, "MAX_RESPONSE_BYTES", 100_000)
+    fake_a.script(Reply(content="[]" + " " * 200_000))
+    p = pool(provider(fake_a, "a"), provider(fake_b, "b"), clock=clock)
+    got = p.complete(MESSAGES)  # the next provider answers
+    assert got.provider == "b" and got.text == ANSWER
+    assert "larger than 100000 bytes" in (p.last_errors()["a"] or "")
+    assert llm.MAX_RESPONSE_BYTES == 100_000
