@@ -457,10 +457,17 @@ class DashboardServer(ThreadingHTTPServer):
                                  _eval=self.eval_file)
 
 
+#: The dashboard's routes: only these are counted in ``DashboardServer.requests``.
+ROUTES = ("/", "/index.html", "/api/state", "/healthz")
+#: Seconds a connection may stay silent before the server closes it (each one is a thread).
+IDLE_TIMEOUT_S = 30.0
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     server_version = "donto-pg-dashboard"
     sys_version = ""
+    timeout = IDLE_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         if self.server.log:
@@ -483,7 +490,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         path, _, query = self.path.partition("?")
-        self.server.requests[path] = self.server.requests.get(path, 0) + 1
+        if path in ROUTES:  # counted by route: any other path would grow the table for good
+            self.server.requests[path] = self.server.requests.get(path, 0) + 1
         if self.headers.get("Host") not in self.server.allowed_hosts:
             self._send(HTTPStatus.FORBIDDEN, b"unknown Host\n", "text/plain; charset=utf-8")
             return

@@ -491,7 +491,7 @@ def test_state_as_reader_gate_and_eval_file(db, connect, tmp_path) -> None:
     assert not reader.read_only
 
 
-def test_server_refuses_foreign_hosts_and_serves_a_static_page(db) -> None:
+def test_server_refuses_foreign_hosts_and_serves_a_static_page(db, monkeypatch) -> None:
     server = dashboard.serve(reader_dsn(db))
     try:
         port = server.server_address[1]
@@ -531,6 +531,15 @@ def test_server_refuses_foreign_hosts_and_serves_a_static_page(db) -> None:
         assert get(f"/?{token}", host=f"evil.example:{port}")[0] == 403
         assert get(f"/api/state?{token}", host=f"localhost:{port}")[0] == 200
         assert get(f"/nope?{token}")[0] == 404
+        # Found by review: every path was counted before the checks, so requests with new
+        # long paths (and a foreign Host, no token) grew the server's memory for good.
+        for i in range(200):
+            assert get(f"/{i}-" + "x" * 2000, host="evil.example")[0] == 403
+        assert set(server.requests) <= set(dashboard.ROUTES)
+        # a silent connection is closed (each one holds a thread): 30 s, 1 s here
+        monkeypatch.setattr(dashboard._Handler, "timeout", 1.0)
+        with socket.create_connection(server.server_address[:2], timeout=10) as idle:
+            assert idle.recv(1) == b""
     finally:
         server.shutdown()
         server.server_close()
