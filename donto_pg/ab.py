@@ -201,6 +201,11 @@ def pick_holdout(conn: psycopg.Connection, holdout: Sequence[str] | None = None,
         if missing:
             raise ValueError(f"holdout conversation(s) not loaded: {', '.join(missing)}")
         chosen = [found[i] for i in iris]
+        if not any(c["gold_questions"] for c in chosen):
+            raise ValueError(
+                "the holdout has no probing question with gold turns: recall cannot be "
+                "compared with the baseline (0 >= 0 is no evidence); give conversations "
+                "loaded with their questions (load-beam), or leave --holdout out")
         for c in chosen:
             c["reason"] = (f"given; {c['stratum']}: {100 * c['code_share']:.1f}% of its "
                            f"{c['chars']:,} characters inside code fences")

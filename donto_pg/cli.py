@@ -718,7 +718,8 @@ app.add_typer(eval_app, name="eval")
 def eval_recall(
     path: Annotated[str, typer.Argument(
         help="BEAM data to evaluate (loaded and embedded first if needed; idempotent).")],
-    k: Annotated[list[int] | None, typer.Option("--k", help="k values [default: 1 5 10].")] = None,
+    k: Annotated[list[int] | None, typer.Option(
+        "--k", min=1, max=10000, help="k values [default: 1 5 10].")] = None,
     arms: Annotated[str, typer.Option(help="Comma-separated: vector,lexical,hybrid.")
                     ] = "vector,lexical,hybrid",
     scale: Annotated[str | None, typer.Option(help="Only this scale.")] = None,
@@ -729,7 +730,7 @@ def eval_recall(
         "--summaries", help="Also score session summaries (reported apart from chunks).")
     ] = False,
     summary_k: Annotated[list[int] | None, typer.Option(
-        help="k values for summaries [default: 1 2 3].")] = None,
+        min=1, max=10000, help="k values for summaries [default: 1 2 3].")] = None,
     model: Annotated[str | None, typer.Option(
         help="Embedding model to recall with (embedded first if needed).")] = None,
     dsn: DsnOpt = None,
@@ -825,6 +826,8 @@ def ab(
     is rejected early on injection or anchor rate, and survivors are scored by recall
     hit@k against projection A's fixed 1,200-char windows in the same run. The verdict
     per arm (commit / re-prompt / re-chunk / reject) is computed in SQL by donto.ab_verdict.
+    A holdout needs probing questions with gold turns (load-beam loads them): without
+    any, recall is not measured and no arm commits.
     """
     from donto_pg import ab as abmod
 

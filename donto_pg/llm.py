@@ -54,6 +54,7 @@ import email.utils
 import http.client
 import json
 import logging
+import math
 import os
 import random
 import socket
@@ -207,8 +208,10 @@ def _provider_from_table(i: int, table: Any) -> Provider:
         temperature = float(table.get("temperature", 0.0))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where} ({name}): {exc}") from None
-    if min(timeout, deadline) <= 0 or max_tokens <= 0:
-        raise ValueError(f"{where} ({name}): timeout, deadline and max_tokens must be positive")
+    if not (math.isfinite(timeout) and math.isfinite(deadline) and math.isfinite(temperature)) \
+            or min(timeout, deadline) <= 0 or max_tokens <= 0:
+        raise ValueError(f"{where} ({name}): timeout, deadline and max_tokens must be positive "
+                         "(and numbers: nan and inf are not)")
     return Provider(
         name=name,
         base_url=table["base_url"],

@@ -6856,7 +6856,7 @@ The verdict of the arm P_ARM_ID on gate GATE_ID (default: the latest gate the ar
 login measured it on: a writer's arm, name@login, by that login; an arm without @ by an
 owner login; whoever reads), from its latest result there and the gate's fixed-1,200
 baseline, by donto.ab_decide with the given thresholds. An incomplete extraction is a
-reject.
+reject, and so is a recall pass over no gold question (nothing measured).
 */
     select
         a.name, r.gate_id, r.result_id, r.run_id, r.stage,
@@ -6867,10 +6867,15 @@ reject.
         (r.quality ->> 'hypothesis_rate')::float8,
         (r.quality ->> 'zero_fact_rate')::float8,
         r.stop_reason,
-        case when r.stage = 'incomplete' then 'reject' else d.verdict end,
+        case when r.stage = 'incomplete' or (r.recall ->> 'n')::integer = 0 then 'reject'
+             else d.verdict end,
         case when r.stage = 'incomplete'
-            then array['extraction incomplete: ' || r.stop_reason] || d.reasons
-            else d.reasons end
+                 then array['extraction incomplete: ' || r.stop_reason] || d.reasons
+             -- 0 >= 0 is no evidence: a holdout without gold questions measures no recall
+             when (r.recall ->> 'n')::integer = 0
+                 then array['no gold question in the holdout: recall was not measured']
+                      || d.reasons
+             else d.reasons end
     from donto.ab_arm as a
     inner join donto.ab_result as r on a.arm_id = r.arm_id
     left join donto.ab_baseline as b on r.gate_id = b.gate_id

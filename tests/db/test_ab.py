@@ -214,6 +214,38 @@ def test_ab_decide_thresholds_are_parameters(db):
         "commit"
 
 
+def test_a_gate_without_gold_questions_commits_nothing(db, loaded):
+    """Found by review: a holdout of conversations without probing questions measured
+    recall 0.0 >= baseline 0.0 and the arm committed."""
+    from donto_pg import api
+
+    for n in (1, 2):
+        api.add_conversation(db, [{"role": "user", "content": f"Chat {n}: I like tea."},
+                                  {"role": "assistant", "content": "Noted."}],
+                             f"chat:ab/{n}", embed=False)
+    db.commit()
+    with pytest.raises(ValueError, match="no probing question with gold turns"):
+        ab.pick_holdout(db, ["chat:ab/1", "chat:ab/2"])
+    assert ab.pick_holdout(db, ["chat:ab/1", "100K/13"])[0]  # one with questions is enough
+    # a gate recorded anyway (by an earlier version, or by hand): no evidence, no commit
+    db.execute("select donto.ab_register_arm('tiny', 'fixed', '{\"window\": 600}')")
+    model = db.execute("select donto.ensure_embedding_model('m', 'm', 3)").fetchone()[0]
+    gate = db.execute("select donto.ab_record_gate('g0', array[%s, %s]::bigint[], '[]', 10, "
+                      "%s, 'hybrid', 0)", (*sorted(loaded.values())[:2], model)
+                      ).fetchone()[0]
+    db.execute("select donto.ab_record_baseline(%s, '{\"hit\": 0, \"n\": 0}')", (gate,))
+    good = {"injection_rate": 0, "median_anchor_rate": 0.9, "hypothesis_rate": 0,
+            "zero_fact_rate": 0}
+    run = db.execute("select run_id from donto.start_extraction_run(%s, '{}', null, 'tiny')",
+                     (json.dumps([{"name": "baseline", "model": "m"}]),)).fetchone()[0]
+    db.execute("select donto.ab_record_result('r0', %s, 'tiny', %s, 'measured', 4, %s, null, "
+               "'{\"hit\": 0, \"n\": 0}')", (gate, run, json.dumps(good)))
+    verdict, reasons = db.execute("select verdict, reasons from donto.ab_verdict('tiny', %s)",
+                                  (gate,)).fetchone()
+    assert verdict == "reject" and reasons[0].startswith("no gold question in the holdout")
+    db.rollback()
+
+
 def test_arm_names_are_bound_to_their_parameters(db):
     a = db.execute("select donto.ab_register_arm('s3', 'semantic', '{\"cap\": 3000}')").fetchone()
     assert db.execute("select donto.ab_register_arm('s3', 'semantic', "

@@ -84,6 +84,14 @@ def test_unknown_recall_arm(db):
             "lexical,foo", "--dsn", dsn_of(db))
     assert_short_error(r, "'foo'")
     assert db.execute("select count(*) from donto.revision").fetchone()[0] == 0
+    # so does a k that is not a positive whole number (it was an "unexpected ValueError"
+    # after the data was loaded and embedded)
+    for k in ("0", "-3"):
+        r = run("eval", "recall", str(EXAMPLES / "chats" / "100K" / "13"), "--k", k,
+                "--dsn", dsn_of(db))
+        assert r.returncode == 2 and "--k" in r.stderr and "Traceback" not in r.stderr
+        assert "unexpected" not in r.stderr
+    assert db.execute("select count(*) from donto.revision").fetchone()[0] == 0
 
 
 def test_unknown_conversation(db):

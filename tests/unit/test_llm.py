@@ -135,6 +135,10 @@ name = "baseline"
          "must be positive"),
         ('[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\ndeadline = -1\n',
          "must be positive"),
+        ('[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\ntimeout = nan\n',
+         "nan and inf are not"),
+        ('[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\ndeadline = inf\n',
+         "nan and inf are not"),
         ('[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\n'
          '[[provider]]\nname = "x"\nbase_url = "http://h"\nmodel = "m"\n', "duplicate"),
         ("[[provider]\n", "invalid TOML"),
