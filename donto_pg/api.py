@@ -387,7 +387,7 @@ def claims(conn: psycopg.Connection, *, document: str | None = None,
            limit: int | None = 100) -> list[Claim]:
     """Extracted claims with their evidence (``donto.claim_provenance``), oldest first:
     of DOCUMENT (an IRI), about SUBJECT (case-insensitive substring); current facts
-    only unless INCLUDE_RETRACTED."""
+    only unless INCLUDE_RETRACTED; the first LIMIT of them (None: all)."""
     _texts(document=document, subject=subject)
     if limit is not None:
         limit = _count(limit, "limit", 0)

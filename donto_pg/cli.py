@@ -913,7 +913,7 @@ def demo(
     from donto_pg import demo as demomod
 
     url = dbmod.resolve_dsn(dsn)
-    typer.echo(f"database: {url}")
+    typer.echo(f"database: {dbmod.shown(url)}")
     with dbmod.connect(url, vector=False) as conn:
         applied = mig.migrate(conn)
         typer.echo("migrated: " + (", ".join(applied) if applied else "up to date"))

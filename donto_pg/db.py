@@ -19,6 +19,20 @@ def resolve_dsn(dsn: str | None = None) -> str:
     return cluster.dsn()
 
 
+def shown(dsn: str) -> str:
+    """DSN without its password, to print (psql asks for it, or reads PGPASSWORD/.pgpass)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(a DSN that does not parse)"
+    if "password" not in params:
+        return dsn
+    params.pop("password")
+    return make_conninfo(**{k: str(v) for k, v in params.items()})
+
+
 def connect(dsn: str | None = None, *, autocommit: bool = False, vector: bool = True,
             **kwargs: object) -> psycopg.Connection:
     """Open a connection; with ``vector`` the pgvector type is registered when present.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 
-from donto_pg import beam, loader, resources
+from donto_pg import beam, db, loader, resources
 
 EXAMPLE = resources.data_dir("examples") / "beam" / "chats" / "100K" / "13"
 QUESTION_ABILITIES = ("information_extraction", "knowledge_update", "temporal_reasoning")
@@ -116,7 +116,7 @@ def show_recall(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult, ds
     echo("instructions and preferences in force that apply, 'standing') is one place however")
     echo("many statements it holds. The same from psql:")
     q = question.replace("'", "''").replace('"', '\\"')
-    echo(f"  psql \"{dsn}\" -c \"select place, char_start, char_end, score, "
+    echo(f"  psql \"{db.shown(dsn)}\" -c \"select place, char_start, char_end, score, "
          f"left(chunk_text, 60) from donto.recall('{q}', k => 3, context => '{context}')\"")
 
 

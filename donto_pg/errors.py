@@ -99,8 +99,13 @@ def _short(text: str, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: The most characters of an error's reason the CLI prints: the server's own messages
+#: name their fix inside (a boot error's ALTER DATABASE ... and how to get the path).
+WHY_LIMIT = 1000
+
+
 def _lines(err: DontoError) -> list[str]:
-    first = f"error: {err.what}" + (f": {_short(err.why)}" if err.why else "")
+    first = f"error: {err.what}" + (f": {_short(err.why, WHY_LIMIT)}" if err.why else "")
     return [first] + ([f"  fix: {err.fix}"] if err.fix else [])
 
 

@@ -19,11 +19,15 @@ def test_demo_runs_every_step(db, tmp_path):
     conv = write_chat(tmp_path, "1", chat, questions)
     db.commit()
     info = db.info
-    dsn = f"host={info.host} port={info.port} user={info.user} dbname={info.dbname}"
+    # (the test cluster lets this role in by peer: the password is only there to be hidden)
+    dsn = (f"host={info.host} port={info.port} user={info.user} dbname={info.dbname} "
+           "password=sekret-demo-1")
     r = subprocess.run([sys.executable, "-m", "donto_pg", "demo", str(conv), "--dsn", dsn],
                        capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr
     out = r.stdout
+    assert "sekret-demo-1" not in out + r.stderr  # the DSN it prints has no password
+    assert f"dbname={info.dbname}" in out
     assert "(the same: idempotent)" in out
     assert "refused: donto invariant I3" in out
     assert "[information_extraction] Where did I move?" in out

@@ -25,8 +25,8 @@ import pytest
 from tests.conftest import ROOT, write_chat
 
 # What a clean checkout holds that the wheel build reads.
-SOURCES = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "donto_pg", "sql",
-           "migrations", "extension", "examples"]
+SOURCES = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "donto_pg",
+           "sql", "migrations", "extension", "examples"]
 
 
 def _run(*cmd: str, cwd: Path, timeout: int = 600, **kw) -> subprocess.CompletedProcess[str]:
@@ -97,6 +97,10 @@ def test_the_wheel_carries_the_sql_sources_and_the_example(wheel_venv):
     assert "donto_pg/_data/examples/beam/chats/100K/13/chat.json" in names
     assert "donto_pg/_data/examples/beam/README.md" in names  # the example's licence
     assert "donto_pg/py.typed" in names
+    licence = [n for n in names if n.endswith(".dist-info/LICENSE")
+               or "/licenses/LICENSE" in n]
+    assert licence, "the wheel carries the project's licence text"
+    assert b"Apache License" in zipfile.ZipFile(wheel).read(licence[0])
 
 
 def test_wheel_install_migrates_and_installs_the_extension(wheel_venv, empty_db, tmp_path):
