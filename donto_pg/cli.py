@@ -219,8 +219,57 @@ def migrate(
                        "the same people the owner runs `select * from "
                        "donto.adopt_logins(array['name', ...])` (README, Security model)",
                        err=True)
-    out({"applied": applied}, as_json,
+        behind = _stale_revisions(conn) if applied else 0
+        if behind:
+            typer.echo(f"note: {_n(behind, 'conversation')} loaded before projections this "
+                       "version cuts at load time (recall keys, standing memory) recall as "
+                       "they did then: run `donto-pg reproject` (README, Migrations)", err=True)
+    out({"applied": applied, "stale_revisions": behind}, as_json,
         f"applied {', '.join(applied)}" if applied else "up to date (nothing to apply)")
+
+
+def _stale_revisions(conn) -> int:
+    n = conn.execute("select count(*) from donto.stale_revisions()").fetchone()[0]
+    conn.commit()
+    return n
+
+
+@app.command()
+def reproject(
+    model: Annotated[str | None, typer.Option(
+        help="Embedding model for the new vectors [default: all-MiniLM-L6-v2].")] = None,
+    no_embed: Annotated[bool, typer.Option(
+        "--no-embed", help="Cut only; leave the vectors to `donto-pg embed`.")] = False,
+    dsn: DsnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cut what a load cuts now and older loads lack: after an upgrade, the recall keys
+    (user turns) and standing statements by the current rules of every conversation
+    loaded before them (donto.stale_revisions), then embed them. Idempotent.
+
+    \b
+    Examples:
+      donto-pg reproject            # after `donto-pg migrate` says so
+      donto-pg reproject --no-embed --json
+    """
+    with connect(dsn) as conn:
+        rows = conn.execute("select revision_id, document, keys, standing "
+                            "from donto.reproject()").fetchall()
+        conn.commit()
+        for rev, doc, keys, standing in rows:
+            progress(f"reproject: {doc} (revision {rev}): {_n(keys, 'recall key')}, "
+                     f"{_n(standing, 'standing statement')}")
+        r = None if no_embed or not rows else _embed(conn, model, context=None, chunks=False)
+    data = {"revisions": [{"revision_id": rev, "document": doc, "keys": keys,
+                           "standing": standing} for rev, doc, keys, standing in rows],
+            "embedded_keys": r.keys if r else 0, "embedded_standing": r.standing if r else 0}
+    text = (f"reprojected {_n(len(rows), 'revision')}: "
+            f"{_n(sum(x[2] for x in rows), 'recall key')}, "
+            f"{_n(sum(x[3] for x in rows), 'standing statement')}"
+            + (f"; embedded {r.keys} keys and {r.standing} standing statements" if r else
+               "; run `donto-pg embed` for their vectors" if rows else "")
+            if rows else "nothing to reproject: every conversation has what a load cuts now")
+    out(data, as_json, text)
 
 
 @ext_app.command("build")

@@ -371,8 +371,13 @@ def test_alter_extension_update_from_a_release_keeps_the_data(fresh_db, old):
     updated, fresh = fresh_db(), fresh_db()
     updated.execute(f"create extension donto version '{old}' cascade")
     settings.write_settings(updated)
+    line = "[user #0] I moved to Berlin in March.\n"
     rev = updated.execute("select donto.register_revision('test:update', %s)",
-                          ("[user #0] I moved to Berlin in March.\n" * 80,)).fetchone()[0]
+                          (line * 80,)).fetchone()[0]
+    updated.execute("select donto.record_turns(%s, %s)", (rev, json.dumps([
+        {"seq": i, "turn_id": i, "role": "user", "header_start": i * len(line),
+         "char_start": i * len(line) + len("[user #0] "), "char_end": (i + 1) * len(line) - 1}
+        for i in range(80)])))
     chunks = updated.execute("select donto.project_recall(%s, 200)", (rev,)).fetchone()[0]
     lexical = "x_memory_record" if old == "0.1.0" else "x_memory_lexical"
     before = updated.execute(f"select statement_id, tsv::text from donto.{lexical} "
@@ -390,6 +395,19 @@ def test_alter_extension_update_from_a_release_keeps_the_data(fresh_db, old):
     assert catalog(updated) == catalog(fresh)
     assert updated.execute("select statement_id, tsv::text from donto.x_memory_lexical "
                            "order by 1").fetchall() == before and len(before) == chunks > 1
+    # what a load cuts now and that release did not (recall keys, standing memory) is
+    # named, and cut by donto.reproject, once (migrate's note, `donto-pg reproject`)
+    rules = updated.execute("select donto.standing_rules()").fetchone()[0]
+    assert updated.execute("select revision_id, document, missing from donto.stale_revisions()"
+                           ).fetchall() == [(rev, "test:update",
+                                             ["recall keys", f"standing memory ({rules})"])]
+    updated.commit()
+    r = run_cli(updated, "reproject", "--no-embed", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["revisions"] == [
+        {"revision_id": rev, "document": "test:update", "keys": 80, "standing": 0}]
+    assert updated.execute("select count(*) from donto.stale_revisions()").fetchone() == (0,)
+    assert updated.execute("select count(*) from donto.reproject()").fetchone() == (0,)
     # the updated functions work on the old data: a second window size, vectors included
     assert updated.execute("select donto.project_recall(%s, 300)", (rev,)).fetchone()[0] > 0
     assert updated.execute("select count(*) = (select count(*) from donto.x_memory_record) "
