@@ -79,6 +79,26 @@ def _connection(conn: Any, name: str) -> psycopg.Connection:
     return conn
 
 
+# What a database without this version's donto schema answers a donto query with: an
+# undefined function, table or column, or no schema donto.
+_SCHEMA_STATES = {"42883", "42P01", "42703", "3F000"}
+
+
+def _schema_fault(conn: psycopg.Connection, exc: psycopg.Error) -> None:
+    """Raise the schema's own error (SchemaMissing, SchemaVersion, SchemaBehind: what to
+    run) for EXC when the database lacks this version's schema, as every CLI command
+    says first; else return. Costs nothing until a query fails."""
+    if exc.sqlstate not in _SCHEMA_STATES or conn.closed or conn.broken:
+        return
+    try:
+        with conn.transaction():
+            dbmod.require_schema(conn, end=False)
+    except DontoError as schema:
+        raise schema from exc
+    except psycopg.Error:
+        return
+
+
 def _reader(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """A function that reads: check the connection (the first argument), and make what
     the database refuses as a bad argument (SQLSTATE class 22: a k or a setting out of
@@ -86,10 +106,11 @@ def _reader(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     InputError, with the database's error as its cause."""
     @functools.wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        _connection(_first(args, kwargs), fn.__name__)
+        conn = _connection(_first(args, kwargs), fn.__name__)
         try:
             return fn(*args, **kwargs)
         except psycopg.Error as exc:
+            _schema_fault(conn, exc)
             state = exc.sqlstate or ""
             if not (state.startswith("22") or state == "55000"):
                 raise
@@ -151,9 +172,11 @@ def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
                                  "a connection of its own (donto_pg.connect())")
         try:
             return fn(*args, **kwargs)
-        except BaseException:
+        except BaseException as exc:
             if not conn.closed and not conn.broken:
                 conn.rollback()
+                if isinstance(exc, psycopg.Error):
+                    _schema_fault(conn, exc)
             raise
     return call
 

@@ -219,6 +219,7 @@ def migrate(
                        "the same people the owner runs `select * from "
                        "donto.adopt_logins(array['name', ...])` (README, Security model)",
                        err=True)
+        _check_boot(dsn)
         behind = _stale_revisions(conn) if applied else 0
         if behind:
             typer.echo(f"note: {_n(behind, 'conversation')} loaded before projections this "
@@ -226,6 +227,21 @@ def migrate(
                        "they did then: run `donto-pg reproject` (README, Migrations)", err=True)
     out({"applied": applied, "stale_revisions": behind}, as_json,
         f"applied {', '.join(applied)}" if applied else "up to date (nothing to apply)")
+
+
+def _check_boot(dsn) -> None:
+    """What every later command's first call does in a new backend: the server's Python
+    imports donto_pg (from the path migrate recorded). A migrate that succeeded on a server
+    that cannot import it (a venv the server's OS user cannot read) said nothing of it."""
+    import psycopg
+
+    with dbmod.connect(dsn, vector=False) as fresh:
+        try:
+            fresh.execute("select donto._py_boot()")
+        except psycopg.Error as exc:
+            err = errors.from_database(exc)
+            raise errors.DatabaseError("the schema is migrated, but the server's Python "
+                                       "cannot load donto_pg", err.why, fix=err.fix) from exc
 
 
 def _stale_revisions(conn) -> int:

@@ -58,13 +58,16 @@ def register_vector_if_present(conn: psycopg.Connection) -> bool:
     return row is not None
 
 
-def require_schema(conn: psycopg.Connection) -> None:
+def require_schema(conn: psycopg.Connection, *, end: bool = True) -> None:
     """Raise :class:`~donto_pg.errors.SchemaMissing` unless the donto schema is installed,
     :class:`~donto_pg.errors.SchemaVersion` when it is of another donto-pg version
     (``donto.sql_version()``; a release before it had none), and
     :class:`~donto_pg.errors.SchemaBehind` when it is this version but lacks some of its
-    migrations (an earlier build of an unreleased version; migrate: not yet migrated)."""
+    migrations (an earlier build of an unreleased version; migrate: not yet migrated).
+    With END (default) the transaction its queries opened is committed; without it, it is
+    the caller's (inside ``conn.transaction()``)."""
     from donto_pg import __version__
+    from donto_pg.build import RELEASED
     from donto_pg.errors import SchemaBehind, SchemaMissing, SchemaVersion
     from donto_pg.migrate import status
 
@@ -78,12 +81,27 @@ def require_schema(conn: psycopg.Connection) -> None:
     elif extension:  # a release before donto.sql_version(): the extension's own version
         version = conn.execute("select extversion from pg_extension where extname = 'donto'"
                                ).fetchone()[0]
-    missing = status(conn).pending if has else []
-    if not conn.autocommit:
+    st = status(conn) if has else None
+    if end and not conn.autocommit:
         conn.commit()
-    if not has:
+    if st is None:
         raise SchemaMissing(f"{conn.info.dbname} has no donto.migration table")
+    if version is None and st.applied:  # migrated by a release before sql_version()
+        last = max(name for name, _ in st.applied)
+        version = next((v for v, m in RELEASED.items() if m == last), None)
+    if st.unknown:  # migrations of a later build, whatever sql_version() says
+        raise SchemaVersion(version if version != __version__ else None, __version__,
+                            extension, unknown=st.unknown)
     if version is not None and version != __version__:
-        raise SchemaVersion(version, __version__, extension)
-    if missing:
-        raise SchemaBehind(missing, __version__, extension)
+        raise SchemaVersion(version, __version__, extension,
+                            newer=_release(version) > _release(__version__))
+    if st.pending:
+        raise SchemaBehind(st.pending, __version__, extension)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """'0.10.1' -> (0, 10, 1), for ordering versions (anything else sorts first)."""
+    try:
+        return tuple(int(x) for x in version.split("."))
+    except ValueError:
+        return ()

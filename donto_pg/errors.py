@@ -60,13 +60,20 @@ class SchemaMissing(DatabaseError):
 class SchemaVersion(DatabaseError):
     """The connected database's donto schema is of another donto-pg version."""
 
-    def __init__(self, database: str, client: str, extension: bool) -> None:
+    def __init__(self, database: str | None, client: str, extension: bool, *,
+                 newer: bool = False, unknown: list[str] | None = None) -> None:
         upgrade = ("`donto-pg extension install`, then ALTER EXTENSION donto UPDATE"
                    if extension else "`donto-pg migrate`")
-        super().__init__(f"the database's donto schema is version {database}, this donto-pg "
-                         f"is {client}",
-                         fix=f"upgrade the database with {upgrade} (from donto-pg {client}), "
-                             f"or use donto-pg {database}")
+        if unknown:  # migrations of a later build, whatever version the SQL says
+            what = (f"the database's donto schema is of a later donto-pg than this one "
+                    f"({client}): it has migration(s) {', '.join(unknown)}")
+        else:
+            what = f"the database's donto schema is version {database}, this donto-pg is {client}"
+        fix = ("install the donto-pg that migrated it" + (f" ({database})" if database else "")
+               + ": a database is never downgraded" if newer or unknown else
+               f"upgrade the database with {upgrade} (from donto-pg {client}), or use "
+               f"donto-pg {database}")
+        super().__init__(what, fix=fix)
 
 
 class SchemaBehind(DatabaseError):

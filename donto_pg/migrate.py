@@ -137,19 +137,34 @@ def status(conn: psycopg.Connection, upto: str | None = None) -> Status:
     return st
 
 
+def released_migrations() -> set[str]:
+    """The migrations of released versions (pinned in migrations/SHA256SUMS)."""
+    sums = MIGRATIONS_DIR / "SHA256SUMS"
+    return {line.split()[1] for line in sums.read_text().splitlines() if line.strip()}
+
+
 def _check(st: Status) -> None:
+    from donto_pg import __version__
+
+    released = released_migrations()
+    frozen = [n for n in st.tampered if n in released]
+    if frozen:
+        raise MigrationError(
+            "applied migration(s) changed since they were applied: " + ", ".join(frozen),
+            "released migrations are frozen",
+            fix="restore the file(s) as released and put the change in a new migration")
     if st.tampered:
         raise MigrationError(
-            "applied migration(s) changed since they were applied: "
-            + ", ".join(st.tampered)
-            + ". Released migrations are frozen: restore the file and put the change in a new "
-            "migration."
-        )
+            "the database was migrated by a development build of donto-pg "
+            f"{__version__}: its migration(s) {', '.join(st.tampered)} changed since",
+            "an unreleased version has no upgrade path between its builds",
+            fix="use the donto-pg build the database was made with, or load its "
+                "conversations into a new database migrated by this one")
     if st.unknown:
         raise MigrationError(
-            "the database has migration(s) this donto-pg does not know: " + ", ".join(st.unknown)
-            + " (it was migrated by a newer version)"
-        )
+            "the database has migration(s) this donto-pg does not know: "
+            + ", ".join(st.unknown), "it was migrated by a newer donto-pg",
+            fix="install the donto-pg version that migrated it (pip install -U donto-pg)")
 
 
 # What the idempotent sql/ depends on besides its text: where it ran (a restore into

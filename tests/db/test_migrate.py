@@ -133,11 +133,24 @@ def test_tampered_migration_is_refused(db, tmp_path, monkeypatch):
     copy = tmp_path / "migrations"
     shutil.copytree(migrate.MIGRATIONS_DIR, copy)
     first = sorted(copy.glob("*.sql"))[0]
-    first.write_text(first.read_text() + "\n-- edited after release\n")
+    released = first.read_text()
+    first.write_text(released + "\n-- edited after release\n")
     monkeypatch.setattr(migrate, "MIGRATIONS_DIR", copy)
     assert migrate.status(db).tampered == [first.name]
-    with pytest.raises(migrate.MigrationError, match=f"changed since.*{first.name}"):
+    with pytest.raises(migrate.MigrationError, match=f"changed since.*{first.name}") as err:
         migrate.migrate(db)
+    assert "released migrations are frozen" in str(err.value) and "new migration" in \
+        err.value.fix
+    # an unreleased one: a database of a development build, which a DBA cannot mend by
+    # restoring a file (review: the message sent them to the project's sources)
+    first.write_text(released)
+    last = sorted(copy.glob("*.sql"))[-1]
+    assert last.name not in migrate.released_migrations()
+    last.write_text(last.read_text() + "\n-- edited before release\n")
+    with pytest.raises(migrate.MigrationError, match="development build") as err:
+        migrate.migrate(db)
+    assert last.name in str(err.value) and "no upgrade path" in str(err.value)
+    assert "build the database was made with" in err.value.fix
 
 
 def test_failing_migration_leaves_nothing_behind(db, tmp_path, monkeypatch):
@@ -169,6 +182,92 @@ def test_a_schema_behind_this_build_says_so(fresh_db):
     assert r.stderr.splitlines() == [
         f"error: the database's donto schema is an earlier build of {donto_pg.__version__}: "
         f"it lacks migration(s) {last}", "  fix: run `donto-pg migrate`"]
+
+
+def test_a_schema_of_another_version_says_which_and_what_to_do(fresh_db):
+    """Found by review: a database migrated by 0.2.0 was called "an earlier build of
+    0.3.0", a newer one was told to migrate with this (older) donto-pg, and one with a
+    later build's migrations passed unnoticed."""
+
+    def recall(conn) -> list[str]:
+        info = conn.info
+        conn.commit()
+        r = subprocess.run([sys.executable, "-m", "donto_pg", "recall", "x", "--dsn",
+                            f"host={info.host} port={info.port} user={info.user} "
+                            f"dbname={info.dbname}"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        return r.stderr.splitlines()
+
+    old = fresh_db()
+    migrate.migrate(old, upto=build.RELEASED["0.2.0"][:3])  # what 0.2.0's migrate left
+    assert recall(old) == [
+        f"error: the database's donto schema is version 0.2.0, this donto-pg is "
+        f"{donto_pg.__version__}",
+        f"  fix: upgrade the database with `donto-pg migrate` (from donto-pg "
+        f"{donto_pg.__version__}), or use donto-pg 0.2.0"]
+    later = fresh_db()
+    migrate.migrate(later)
+    later.execute("insert into donto.migration (name, sha256) values ('999-later.sql', 'x')")
+    lines = recall(later)
+    assert "of a later donto-pg" in lines[0] and "999-later.sql" in lines[0]
+    assert lines[1] == "  fix: install the donto-pg that migrated it: a database is never " \
+                       "downgraded"
+    newer = fresh_db()
+    migrate.migrate(newer)
+    newer.execute("set donto.allow_ddl = 'on'")
+    newer.execute("create or replace function donto.sql_version() returns text "
+                  "language sql as $$ select '9.9.9' $$")
+    assert recall(newer) == [
+        f"error: the database's donto schema is version 9.9.9, this donto-pg is "
+        f"{donto_pg.__version__}",
+        "  fix: install the donto-pg that migrated it (9.9.9): a database is never downgraded"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server must run as another OS user "
+                    "(root's clusters run as postgres; CI runs as root)")
+def test_migrate_fails_when_the_server_cannot_load_donto_pg(fresh_db, tmp_path):
+    """Found by review: migrate from a venv the server's OS user cannot read said
+    "applied ..." and exited 0; the first command after it failed."""
+    closed = tmp_path / "closed"  # pytest's tmp_path is 0700: postgres cannot enter it
+    for name in ("donto_pg", "sql", "migrations", "extension"):
+        shutil.copytree(ROOT / name, closed / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "_data"))
+    shutil.copy2(ROOT / "pyproject.toml", closed)  # a checkout: its sql/ is the one used
+    conn = fresh_db()
+    info = conn.info
+    conn.commit()
+    r = subprocess.run([sys.executable, "-m", "donto_pg", "migrate", "--dsn",
+                        f"host={info.host} port={info.port} user={info.user} "
+                        f"dbname={info.dbname}"], capture_output=True, text=True,
+                       cwd=closed, env={**os.environ, "PYTHONPATH": str(closed)}, timeout=600)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "the schema is migrated, but the server's Python cannot load donto_pg" in r.stderr
+    assert str(closed) in r.stderr  # it names the directories the server could not read
+
+
+def test_the_python_api_names_a_missing_or_older_schema(fresh_db):
+    """Found by review: the API raised psycopg's UndefinedColumn / UndefinedFunction /
+    InvalidSchemaName where the CLI said what to run."""
+    from donto_pg import api
+    from donto_pg.errors import SchemaMissing, SchemaVersion
+
+    empty = fresh_db()
+    with pytest.raises(SchemaMissing, match="no donto schema"):
+        api.recall(empty, "where?", arms="lexical")
+    with pytest.raises(SchemaMissing):
+        api.add_conversation(empty, [{"role": "user", "content": "hi"}], "chat:x/1",
+                             embed=False)
+    old = fresh_db()
+    migrate.migrate(old, upto=build.RELEASED["0.2.0"][:3])
+    old.commit()
+    with pytest.raises(SchemaVersion, match="version 0.2.0") as err:
+        api.claims(old)
+    assert "donto-pg migrate" in err.value.fix
+    with old.transaction():  # the caller's own transaction stays usable
+        with pytest.raises(SchemaVersion):
+            api.recall(old, "where?", arms="lexical")
+        assert old.execute("select 1").fetchone() == (1,)
 
 
 def test_dry_run_plan_and_a_writable_public_schema(fresh_db):
