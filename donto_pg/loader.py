@@ -151,6 +151,22 @@ def append_turns(conn: psycopg.Connection, iri: str, messages: list[dict[str, ob
                          json.dumps(meta or {}))).fetchone()[0]
 
 
+def _extend_if_still_latest(conn: psycopg.Connection, iri: str, body: str,
+                            turns: list[dict[str, object]], meta: dict[str, object]
+                            ) -> int | None:
+    """:func:`extend_revision`, or None when the document's latest revision changed since
+    :func:`extends_latest` said BODY extends it (a concurrent load of another text of IRI
+    committed in between: ``extend_revision`` refuses, 22023), and BODY is then a changed
+    conversation. The refusal is undone by a savepoint; the caller's transaction goes on."""
+    try:
+        with conn.transaction():
+            return extend_revision(conn, iri, body, turns, json.dumps(meta))
+    except psycopg.errors.InvalidParameterValue as exc:
+        if "does not extend" not in str(exc):
+            raise
+        return None
+
+
 @dataclass
 class Recorded:
     """What :func:`record_conversation` stored (or found already stored)."""
@@ -183,11 +199,11 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
             "select 1 from donto.revision as r join donto.document as d using (document_id) "
             "where d.iri = %s and r.sha256 = sha256(convert_to(%s, 'UTF8'))",
             (iri, body)).fetchone()
-        appended = existed is None and extends_latest(conn, iri, body, rows)
-        if appended:
-            # A longer version of a known conversation: append (incremental projections).
-            rev = extend_revision(conn, iri, body, rows, json.dumps(meta))
-        else:
+        # A longer version of a known conversation is appended (incremental projections).
+        rev = (_extend_if_still_latest(conn, iri, body, rows, meta)
+               if existed is None and extends_latest(conn, iri, body, rows) else None)
+        appended = rev is not None
+        if not appended:
             rev = conn.execute("select donto.register_revision(%s, %s, %s::jsonb)",
                                (iri, body, json.dumps(meta))).fetchone()[0]
         turns = conn.execute("select donto.record_turns(%s::bigint, %s::jsonb)",

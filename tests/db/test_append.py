@@ -548,6 +548,44 @@ def test_a_last_message_that_grew_is_a_changed_conversation(db):
     db.commit()
 
 
+def test_a_load_that_raced_a_changed_conversation_registers_a_new_revision(db, connect,
+                                                                           monkeypatch):
+    """Between a load's check that its text extends the latest revision and its append,
+    another load may commit a text that changes the conversation: the append is refused
+    (22023) and the load registers its text as a changed conversation instead of failing."""
+    from donto_pg import api, loader
+
+    first = [{"role": "user", "content": "I live in Berlin.", "timestamp": "2024-03-01"},
+             {"role": "assistant", "content": "Nice."}]
+    changed = [{"role": "user", "content": "I live in Rome.", "timestamp": "2024-03-01"},
+               {"role": "assistant", "content": "Nice."}]
+    old = api.add_conversation(db, first, "chat:t/raced", embed=False)
+    db.commit()
+    other = connect()
+    other.commit()
+    checked = loader.extends_latest
+
+    def then_another_load_commits(conn, *args):  # a real second session, in between
+        extends = checked(conn, *args)
+        if conn is db:
+            api.add_conversation(other, changed, "chat:t/raced", embed=False)
+        return extends
+
+    monkeypatch.setattr(loader, "extends_latest", then_another_load_commits)
+    new = api.add_conversation(db, first + [{"role": "user", "content": "Thanks!"}],
+                               "chat:t/raced", embed=False)
+    revisions = [r for (r,) in db.execute(
+        "select revision_id from donto.revision join donto.document using (document_id) "
+        "where iri = 'chat:t/raced' order by revision_id")]
+    assert revisions[0] == old and revisions[-1] == new and len(revisions) == 3
+    assert db.execute("select count(*) from donto.revision_extension").fetchone() == (0,)
+    assert db.execute("select count(*) from donto.turn where revision_id = %s",
+                      (new,)).fetchone() == (3,)
+    hits = api.recall(db, "where do I live", document="chat:t/raced", arms="lexical")
+    assert hits and {h.revision_id for h in hits} == {new} and "Berlin" in hits[0].text
+    db.commit()
+
+
 def test_undated_appended_turns_are_dated_as_a_load_dates_them(db):
     """Turns appended without a date take the latest date of their session, as
     add_conversation dates them: appending and then adding the whole conversation is one
