@@ -171,6 +171,29 @@ def install_extension(sharedir: Path | None = None) -> list[Path]:
     return out
 
 
+def require_same_server(conn, sharedir: Path) -> None:
+    """Refuse when the connected server reads its extensions from elsewhere than SHAREDIR
+    (the pg_config this machine asks): it runs on another host, or is another PostgreSQL
+    installation, and files copied here would not reach it (or an older copy there would
+    be created). Its ``pg_config`` view is a superuser's; for anyone else this is left to
+    CREATE EXTENSION's own refusal."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            row = conn.execute("select setting from pg_catalog.pg_config "
+                               "where name = 'SHAREDIR'").fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        return
+    if row and Path(row[0]).resolve() != sharedir.resolve():
+        raise MigrationError(
+            f"the server reads its extensions from {row[0]}/extension, not from "
+            f"{sharedir}/extension (where {pg_config()} says)",
+            "it is another host or another PostgreSQL installation; nothing was copied",
+            fix="run `donto-pg extension install --no-create` on the database host "
+                "(PG_CONFIG: that server's pg_config), then CREATE EXTENSION donto CASCADE")
+
+
 def create_extension(conn, paths: list[str] | None = None) -> None:
     """CREATE EXTENSION donto CASCADE in the connected database (a superuser's
     connection) and write its settings (:func:`donto_pg.settings.write_settings`)."""

@@ -320,15 +320,27 @@ def extension_install(
         "--create/--no-create",
         help="Also CREATE EXTENSION donto CASCADE in the database and write its settings.")] = True,
 ) -> None:
-    """Copy the extension files into the server's extension directory (pg_config --sharedir)."""
+    """Copy the extension files into the server's extension directory (pg_config --sharedir).
+
+    With --create (the default) the server at --dsn must be the one that directory belongs
+    to (checked first: a server on another host is refused before anything is copied).
+    """
     from donto_pg import build
 
-    for p in build.install_extension():
+    sharedir = build.pg_sharedir()
+    if not create:
+        _echo_installed(build.install_extension(sharedir))
+        return
+    with dbmod.connect(dsn, vector=False) as conn:
+        build.require_same_server(conn, sharedir)  # before anything is copied
+        _echo_installed(build.install_extension(sharedir))
+        build.create_extension(conn)
+    typer.echo("created extension donto")
+
+
+def _echo_installed(paths) -> None:
+    for p in paths:
         typer.echo(f"installed {p}")
-    if create:
-        with dbmod.connect(dsn, vector=False) as conn:
-            build.create_extension(conn)
-        typer.echo("created extension donto")
 
 
 # -- loading, embedding, recall ----------------------------------------------------------

@@ -38,7 +38,15 @@ def connect(dsn: str | None = None, *, autocommit: bool = False, vector: bool = 
     """Open a connection; with ``vector`` the pgvector type is registered when present.
     Its transactions are READ COMMITTED whatever the role's or database's default: the
     donto functions that write refuse any other level (donto._lock)."""
-    conn = psycopg.connect(resolve_dsn(dsn), autocommit=autocommit, **kwargs)
+    try:
+        conn = psycopg.connect(resolve_dsn(dsn), autocommit=autocommit, **kwargs)
+    except psycopg.ProgrammingError as exc:  # libpq could not parse it: nothing was tried
+        from donto_pg.errors import InputError
+
+        raise InputError("the DSN is malformed", str(exc).strip(),
+                         fix="give key=value pairs (host=... port=5432 dbname=... user=...) "
+                             "or a URI (postgresql://user@host:5432/dbname, spaces and "
+                             "symbols percent-encoded)") from exc
     conn.execute("set default_transaction_isolation = 'read committed'")
     if not autocommit:
         conn.commit()

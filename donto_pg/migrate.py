@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from psycopg import sql as pgsql
 
 from donto_pg import resources
 from donto_pg.errors import DontoError
@@ -135,6 +136,30 @@ def status(conn: psycopg.Connection, upto: str | None = None) -> Status:
     names = {m.name for m in migrations()}
     st.unknown = sorted(n for n in ledger if n not in names)
     return st
+
+
+# The server extensions the schema needs, and the Debian/Ubuntu package of each for
+# PostgreSQL {major} (pgvector is not packaged for 15 on Debian 12: built from source).
+SERVER_EXTENSIONS = {"plpython3u": "postgresql-plpython3-{major}",
+                     "vector": "postgresql-{major}-pgvector (pgvector 0.8, or built from its "
+                               "source)"}
+
+
+def _create_extension(conn: psycopg.Connection, name: str, package: str) -> None:
+    """CREATE EXTENSION IF NOT EXISTS NAME; a server without its files ("is not
+    available", 0A000; 58P01 "could not open" elsewhere) is told which package its host
+    lacks."""
+    try:
+        with conn.transaction():
+            conn.execute(pgsql.SQL("create extension if not exists {}").format(
+                pgsql.Identifier(name)))
+    except (psycopg.errors.FeatureNotSupported, psycopg.errors.UndefinedFile) as exc:
+        major = conn.info.server_version // 10000
+        raise MigrationError(f"the server has no extension {name}",
+                             exc.diag.message_primary or str(exc),
+                             fix=f"install {package.format(major=major)} on the database "
+                                 "host (README, Install into your own PostgreSQL), "
+                                 "then run migrate again") from exc
 
 
 def released_migrations() -> set[str]:
@@ -395,8 +420,8 @@ def migrate(conn: psycopg.Connection, *, upto: str | None = None,
             write_settings(conn, paths)
             conn.commit()
             return []
-        conn.execute("create extension if not exists plpython3u")
-        conn.execute("create extension if not exists vector")
+        for ext, package in SERVER_EXTENSIONS.items():
+            _create_extension(conn, ext, package)
         try:
             conn.execute(head().text)
         except psycopg.Error as exc:

@@ -60,6 +60,37 @@ def test_wrong_dsn():
     assert "DONTO_DSN" in lines[1]
 
 
+def test_a_malformed_dsn_says_so_and_how_one_is_written():
+    """libpq cannot parse it: nothing was tried, so not "cannot connect" (and no
+    traceback); the Python API raises the same InputError."""
+    from donto_pg import api
+    from donto_pg.errors import InputError
+
+    for dsn, why in (("garbage", 'missing "="'), ("dbname=x fooopt=1", '"fooopt"'),
+                     ("postgresql://a b@localhost/x", "percent-encoded")):
+        lines = assert_short_error(run("migrate", "--dsn", dsn), "the DSN is malformed", why)
+        assert "postgresql://user@host:5432/dbname" in lines[1], lines
+    with pytest.raises(InputError, match="the DSN is malformed"):
+        api.connect("dbname=x fooopt=1")
+
+
+def test_extension_install_refuses_a_server_that_reads_another_directory(db, tmp_path):
+    """This machine's pg_config is not the server's (a server on another host, another
+    installation): installing there and creating the extension on the server would
+    create whatever copy the server has. Refused before anything is copied."""
+    share = tmp_path / "share"
+    (share / "extension").mkdir(parents=True)
+    fake = tmp_path / "pg_config"
+    fake.write_text(f"#!/bin/sh\necho {share}\n")
+    fake.chmod(0o755)
+    r = run("extension", "install", "--dsn", dsn_of(db), env={"PG_CONFIG": str(fake)})
+    assert_short_error(r, "the server reads its extensions from", str(share),
+                       "install --no-create` on the database host")
+    assert list((share / "extension").iterdir()) == []
+    assert db.execute("select count(*) from pg_extension where extname = 'donto'"
+                      ).fetchone() == (0,)
+
+
 def test_debug_shows_the_traceback():
     r = run("migrate", "--dsn", "host=/nonexistent-donto dbname=x", "--debug")
     assert r.returncode != 0 and "Traceback" in r.stderr

@@ -165,6 +165,26 @@ def test_failing_migration_leaves_nothing_behind(db, tmp_path, monkeypatch):
     assert "999-broken.sql" in migrate.status(db).pending
 
 
+def test_a_server_without_an_extension_s_files_is_told_which_package(fresh_db, monkeypatch):
+    """A server that lacks one of the extensions the schema needs (its control file: no
+    package installed) refuses CREATE EXTENSION (58P01); migrate names the package to
+    install for the server's major version and leaves the database as it was."""
+    conn = fresh_db()
+    monkeypatch.setattr(migrate, "SERVER_EXTENSIONS", {
+        **migrate.SERVER_EXTENSIONS, "donto_no_such_ext": "postgresql-{major}-nothing"})
+    major = conn.info.server_version // 10000
+    with pytest.raises(migrate.MigrationError) as err:
+        migrate.migrate(conn)
+    assert "the server has no extension donto_no_such_ext" in str(err.value)
+    assert f"install postgresql-{major}-nothing on the database host" in err.value.fix
+    conn.rollback()
+    assert conn.execute("select count(*) from pg_namespace where nspname = 'donto'"
+                        ).fetchone() == (0,)
+    assert conn.execute("select count(*) from pg_extension where extname in "
+                        "('vector', 'plpython3u')").fetchone() == (0,)
+    conn.close()
+
+
 def test_a_schema_behind_this_build_says_so(fresh_db):
     """A database of this version that lacks some of its migrations (an earlier build of
     an unreleased version) failed on the first function it lacked ("function
