@@ -104,6 +104,10 @@ GATE_COLUMNS: tuple[str, ...] = (
     "recall_hit", "baseline_hit", "verdict", "reasons", "stop_reason", "created_at",
 )
 
+STOPPED_REASON = ("no session is extracting for it any more and it recorded no last event "
+                  "(killed, or its connection lost): `donto-pg extract` with the same "
+                  "settings resumes it")
+
 _DEFAULTS = inspect.signature(extract.run_extraction).parameters
 DEFAULT_MAX_INJECTION: float = _DEFAULTS["max_injection"].default
 DEFAULT_MIN_ANCHOR: float = _DEFAULTS["min_anchor"].default
@@ -122,7 +126,11 @@ select s.run_id, s.label, s.is_baseline, s.model, s.params, s.started_at,
        (select pg_catalog.jsonb_build_object('reason', e.detail ->> 'reason', 'at', e.at)
         from donto.extraction_run_event as e
         where e.run_id = s.run_id and e.event = 'alarm'
-        order by e.event_id desc limit 1) as last_alarm
+        order by e.event_id desc limit 1) as last_alarm,
+       exists (select 1 from pg_catalog.pg_locks as l
+               where l.locktype = 'advisory' and l.granted
+                     and l.classid = %(lock)s::bigint::oid and l.objsubid = 2
+                     and l.objid = (s.run_id %% 2147483648)::oid) as live
 from donto.extraction_run_status as s
 order by s.run_id desc
 limit %(n)s
@@ -226,7 +234,7 @@ def _alarm(run: Mapping[str, Any], max_injection: float, min_anchor: float) -> d
 
 def _runs(conn: psycopg.Connection, max_injection: float, min_anchor: float,
           max_runs: int, max_problems: int) -> dict[str, Any]:
-    runs = _rows(conn.execute(_RUNS, {"n": max_runs}))
+    runs = _rows(conn.execute(_RUNS, {"n": max_runs, "lock": extract.RUN_LOCK_CLASS}))
     runs_total = conn.execute("select pg_catalog.count(*) from donto.extraction_run").fetchone()[0]
     ids = [r["run_id"] for r in runs]
     groups = _rows(conn.execute(_GROUPS, {"runs": ids})) if ids else []
@@ -254,7 +262,11 @@ def _runs(conn: psycopg.Connection, max_injection: float, min_anchor: float,
         r["hist"] = hist
         r["conversations"] = convs
         r["total_blocks"] = sum(g["total"] or 0 for g in convs)
-        r["running"] = r["status"] in ("started", "resumed")
+        live = r.pop("live")
+        r["running"] = r["status"] in ("started", "resumed") and live
+        if r["status"] in ("started", "resumed") and not r["running"]:
+            # no session holds the run (extract.RUN_LOCK_CLASS): it ended without a word
+            r["status"], r["status_reason"] = "stopped", STOPPED_REASON
         r["alarm"] = _alarm(r, max_injection, min_anchor)
     return {"runs": runs, "runs_total": runs_total, "problems": problems}
 

@@ -133,7 +133,8 @@ function alarmBox(run, thresholds) {
 
 function statusOf(run) {
   const st = run.running ? "running" : (run.status || "none");
-  return h("span", {class: "status st-" + st, "data-status": st}, st);
+  return h("span", {class: "status st-" + st, "data-status": st,
+    title: run.status_reason || ""}, st);
 }
 
 function runCard(run, thresholds) {

@@ -553,6 +553,61 @@ def test_server_refuses_foreign_hosts_and_serves_a_static_page(db, monkeypatch) 
         bad.server_close()
 
 
+KILLED_EXTRACT = """
+import sys, time, psycopg
+from donto_pg import extract
+def stall(progress):  # the first block is in: say so, then hang until killed
+    print("extracting", flush=True)
+    time.sleep(600)
+extract.run_extraction(lambda: psycopg.connect(sys.argv[1]), revision_ids=[int(sys.argv[2])],
+                       alarm_after=0, concurrency=1, on_progress=stall)
+"""
+
+
+def test_a_run_whose_session_was_killed_shows_stopped(db, connect) -> None:
+    """A run's last event says "started" until the run ends; a session extracting for
+    it holds the run's lock (extract.RUN_LOCK_CLASS), which dies with it. So a live run is
+    "running" and a killed one (kill -9: no event recorded) is "stopped", with a reason."""
+    from donto_pg import api
+
+    rev = api.add_conversation(db, [
+        {"role": "user", "content": "I live in Berlin and work as a nurse."},
+        {"role": "assistant", "content": "Noted."}], "chat:t/killed", embed=False)
+    reader = connect("donto_reader")
+
+    def run_state() -> dict[str, Any]:
+        (run,) = dashboard.collect_state(reader)["runs"]
+        reader.rollback()
+        return run
+
+    i = db.info
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_EXTRACT,
+         f"host={i.host} port={i.port} user={i.user} dbname={i.dbname}", str(rev)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "extracting\n", proc.stderr.read()
+        run = run_state()
+        assert (run["status"], run["running"]) == ("started", True)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 30  # the server ends the dead client's backends
+    while run_state()["running"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run = run_state()
+    assert (run["status"], run["running"]) == ("stopped", False)
+    assert "donto-pg extract" in run["status_reason"]
+    # resumed and finished by a session of its own, the run says so
+    done = extract.run_extraction(factory(db), revision_ids=[rev], alarm_after=0)
+    assert done.ok and done.resumed and done.run_id == run["run_id"]
+    run = run_state()
+    assert (run["status"], run["running"]) == ("finished", False)
+
+
 def test_run_serves_until_interrupted(db) -> None:
     """dashboard.run (the CLI's blocking server) prints its URL and stops on Ctrl-C."""
     port = free_port()
