@@ -610,6 +610,32 @@ def test_undated_appended_turns_are_dated_as_a_load_dates_them(db):
     db.commit()
 
 
+def test_a_session_dated_only_after_its_first_appended_turns_keeps_them_undated(db):
+    """Dates are fixed when turns are stored. A whole load dates a session's undated first
+    turns by the session's first date after them; turns appended before that date was
+    known stay undated. So the whole conversation loaded afterwards is another text: a
+    changed conversation, which supersedes the appended one (README, "Conversations that
+    grow")."""
+    from donto_pg import api, loader
+
+    u0 = {"role": "user", "content": "I live in Berlin."}
+    a1 = {"role": "assistant", "content": "Nice."}
+    u2 = {"role": "user", "content": "I moved to Paris.", "timestamp": "2024-03-02"}
+    api.add_conversation(db, [u0, a1], "chat:t/late-date", embed=False)
+    appended = loader.append_turns(db, "chat:t/late-date", [
+        {"role": "user", "content": u2["content"], "date": "2024-03-02"}])
+    db.commit()
+    anchors = "select time_anchor::text from donto.turn where revision_id = %s order by seq"
+    assert db.execute(anchors, (appended,)).fetchall() == [(None,), (None,), ("2024-03-02",)]
+    db.commit()
+    whole = api.add_conversation(db, [u0, a1, u2], "chat:t/late-date", embed=False)
+    assert whole != appended
+    assert db.execute(anchors, (whole,)).fetchall() == [("2024-03-02",)] * 3
+    assert db.execute("select count(*) from donto.revision_extension where revision_id = %s",
+                      (whole,)).fetchone() == (0,)
+    db.commit()
+
+
 def test_extracting_a_grown_conversation_extracts_only_its_new_blocks(db):
     """Found by review: an append copies the blocks before the last session under new
     ids, so the next `extract` sent every block of the conversation to the provider again
