@@ -587,14 +587,14 @@ def embed(
             "seconds": round(r.seconds, 2),
             "chunks_per_second": round(r.rate, 1), "index": r.index, "keys": r.keys,
             "standing": r.standing, "standing_conditions": r.conditions,
-            "left_for_other_logins": r.others}
+            "standing_reused": r.standing_reused, "left_for_other_logins": r.others}
     left = (f"; {r.others} chunks filed by other logins left for them (a writer embeds only "
             "what it filed)") if r.others else ""
     out(data, as_json, f"embedded {r.embedded} chunks with {r.model} ({r.dimension}-d) in "
         f"{r.seconds:.1f}s ({r.rate:.1f}/s; {r.encoded} texts encoded, the rest from the "
         f"cache); {r.already} already had vectors; index {r.index}; "
-        f"{r.keys} recall keys, {r.standing} standing statements ({r.conditions} conditions)"
-        + left)
+        f"{r.keys} recall keys, {r.standing} standing statements ({r.conditions} conditions; "
+        f"{r.standing_reused} vectors reused from an earlier revision)" + left)
 
 
 @app.command()

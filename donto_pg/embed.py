@@ -51,6 +51,7 @@ class EmbedReport:
     keys: int = 0  # recall keys (user turns, donto.x_turn_key) embedded
     conditions: int = 0  # conditions of standing statements ("when I ask about X")
     others: int = 0  # chunks still without a vector that other logins filed (theirs to embed)
+    standing_reused: int = 0  # standing and condition vectors of an earlier revision, reused
 
     @property
     def rate(self) -> float:
@@ -204,15 +205,17 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
     seconds = time.perf_counter() - started
     index = conn.execute("select donto.ensure_embedding_index(%s)", (model_id,)).fetchone()[0]
     conn.commit()
-    standing = embed_standing(conn, model, model_id, context=context, batch=batch)
+    sc: dict[str, int] = {}
+    standing = embed_standing(conn, model, model_id, context=context, batch=batch, counts=sc)
     conditions = embed_standing_conditions(conn, model, model_id, context=context,
-                                           batch=batch)
+                                           batch=batch, counts=sc)
     keys = embed_turn_keys(conn, model, model_id, context=context, batch=batch, page=page)
     others = (count_pending(conn, model_id, context, anyone=True)
               - count_pending(conn, model_id, context)) if chunks else 0
     conn.commit()
     return EmbedReport(name, model_id, dim, embedded, done_before, seconds, index,
-                       counts.get("encoded", 0), standing, keys, conditions, others)
+                       counts.get("encoded", 0), standing, keys, conditions, others,
+                       sc.get("reused", 0))
 
 
 # The standing statements of the context (null: all) that have no vector of the kind
@@ -228,44 +231,78 @@ where not exists (select 1 from donto.{table} as v
           inner join donto.context as c on c.context_id = p.context_id
           where c.iri = %(context)s))
 """
-STANDING_PENDING = ("select x.statement_id, s.object_lit ->> 'v'"
+# Rows: statement id, the text to encode, its document, the statement's own text.
+STANDING_PENDING = ("select x.statement_id, s.object_lit ->> 'v', s.document_id, "
+                    "s.object_lit ->> 'v'"
                     + _STANDING_OF.format(table="x_standing_vector")
                     + "order by x.statement_id")
-CONDITIONS_PENDING = ("select c.statement_id, c.cond from (select x.statement_id, "
-                      "donto._standing_condition(s.object_lit ->> 'v') as cond"
+CONDITIONS_PENDING = ("select c.statement_id, c.cond, c.document_id, c.v from (select "
+                      "x.statement_id, donto._standing_condition(s.object_lit ->> 'v') as cond, "
+                      "s.document_id, s.object_lit ->> 'v' as v"
                       + _STANDING_OF.format(table="x_standing_condition_vector")
                       + ") as c where c.cond is not null order by c.statement_id")
+# The vectors the same document's statements of the same text already have (of the
+# revision a conversation grew from: its standing statements are cut again for the longer
+# one): reused, not encoded again. Same document only: who may store a vector there is
+# who may store this one (donto._may_embed), so no one's vector reaches another's document.
+_STANDING_REUSE = """
+select distinct on (s.document_id, s.object_lit ->> 'v')
+       s.document_id, s.object_lit ->> 'v', v.embedding::text
+from donto.{table} as v
+inner join donto.statement as s on s.statement_id = v.statement_id
+where v.model_id = %(model)s and s.document_id = any(%(docs)s)
+      and s.object_lit ->> 'v' = any(%(texts)s)
+order by s.document_id, s.object_lit ->> 'v', v.statement_id
+"""
 
 
 def _embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, pending: str,
-                    ingest: str, *, context: str | None, batch: int) -> int:
+                    ingest: str, *, context: str | None, batch: int,
+                    counts: dict[str, int] | None = None) -> int:
     rows = _read(conn, pending, {"model": model_id, "context": context, "anyone": False})
     if not rows:
         return 0
-    vecs = encoder.encode([r[1] for r in rows], model, batch_size=batch)
-    texts = ["[" + ",".join(f"{x:.7g}" for x in vec) + "]" for vec in vecs]
+    table = ("x_standing_vector" if ingest == "ingest_standing_embeddings"
+             else "x_standing_condition_vector")
+    have = {(doc, txt): vec for doc, txt, vec in _read(
+        conn, _STANDING_REUSE.format(table=table),
+        {"model": model_id, "docs": sorted({r[2] for r in rows}),
+         "texts": sorted({r[3] for r in rows})})}
+    todo = [r for r in rows if (r[2], r[3]) not in have]
+    vecs = encoder.encode([r[1] for r in todo], model, batch_size=batch) if todo else []
+    for r, vec in zip(todo, vecs, strict=True):
+        have[(r[2], r[3])] = "[" + ",".join(f"{x:.7g}" for x in vec) + "]"
+    if counts is not None:
+        counts["encoded"] = counts.get("encoded", 0) + len(todo)
+        counts["reused"] = counts.get("reused", 0) + len(rows) - len(todo)
     n = conn.execute(f"select donto.{ingest}(%s, %s, %s)",
-                     (model_id, [r[0] for r in rows], texts)).fetchone()[0]
+                     (model_id, [r[0] for r in rows],
+                      [have[(r[2], r[3])] for r in rows])).fetchone()[0]
     conn.commit()
     return n
 
 
 def embed_standing(conn: psycopg.Connection, model: str | None, model_id: int, *,
-                   context: str | None = None, batch: int = 16) -> int:
+                   context: str | None = None, batch: int = 16,
+                   counts: dict[str, int] | None = None) -> int:
     """Embed the standing statements without a vector for MODEL (recall's standing slots);
-    CONTEXT: only those of the revisions projected into it. Returns how many were added."""
+    CONTEXT: only those of the revisions projected into it. A statement whose text a
+    statement of the same document has a vector for (the revision it grew from) gets that
+    one. Returns how many were added; COUNTS gains ``encoded`` and ``reused``."""
     return _embed_standing(conn, model, model_id, STANDING_PENDING,
-                           "ingest_standing_embeddings", context=context, batch=batch)
+                           "ingest_standing_embeddings", context=context, batch=batch,
+                           counts=counts)
 
 
 def embed_standing_conditions(conn: psycopg.Connection, model: str | None, model_id: int, *,
-                              context: str | None = None, batch: int = 16) -> int:
+                              context: str | None = None, batch: int = 16,
+                              counts: dict[str, int] | None = None) -> int:
     """Embed the conditions ("when I ask about X": X, ``donto._standing_condition``) of the
-    standing statements that name one and have no condition vector for MODEL; CONTEXT as
-    in :func:`embed_standing`. Returns how many were added."""
+    standing statements that name one and have no condition vector for MODEL; CONTEXT,
+    reuse and COUNTS as in :func:`embed_standing`. Returns how many were added."""
     return _embed_standing(conn, model, model_id, CONDITIONS_PENDING,
                            "ingest_standing_condition_embeddings", context=context,
-                           batch=batch)
+                           batch=batch, counts=counts)
 
 
 KEYS_PENDING = """

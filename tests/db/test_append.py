@@ -636,6 +636,40 @@ def test_a_session_dated_only_after_its_first_appended_turns_keeps_them_undated(
     db.commit()
 
 
+def test_a_grown_conversation_reuses_its_standing_vectors(db):
+    """An append cuts the standing statements of the longer revision again (the ones
+    recall reads); `embed` gives each the vector the same document's statement of the
+    same text already has and encodes only the new ones. Another document's vector for
+    the same words is not taken (its writer is not this document's)."""
+    from donto_pg import api
+    from donto_pg.embed import embed_pending
+
+    rule = "Always answer me in French when I ask about recipes."
+    chat = [{"role": "user", "content": rule, "timestamp": "2024-03-02"},
+            {"role": "assistant", "content": "D'accord."}]
+    api.add_conversation(db, chat, "chat:t/rules", embed=False)
+    first = embed_pending(db, progress=False)
+    assert (first.standing, first.conditions, first.standing_reused) == (1, 1, 0)
+    more = chat + [{"role": "user", "content": "Never use metric units when I ask about "
+                                               "baking."}]
+    api.add_conversation(db, more, "chat:t/rules", embed=False)
+    grown = embed_pending(db, progress=False)
+    assert (grown.standing, grown.conditions, grown.standing_reused) == (2, 2, 2)
+    vectors = db.execute(
+        "select count(distinct v.embedding::text), count(*) from donto.x_standing_vector as v "
+        "join donto.statement as s using (statement_id) where s.object_lit ->> 'v' = %s",
+        (rule,)).fetchone()
+    assert vectors == (1, 2)  # the same vector for the same words in both revisions
+    db.commit()
+    api.add_conversation(db, chat, "chat:t/other", embed=False)
+    other = embed_pending(db, progress=False)
+    assert (other.standing, other.standing_reused) == (1, 0)
+    hits = api.recall(db, "a recipe for soup", document="chat:t/rules")
+    assert [h.text for h in hits if h.vector_rank is None and h.lexical_rank is None
+            ] == [rule]  # the standing block, by the reused vector
+    db.commit()
+
+
 def test_extracting_a_grown_conversation_extracts_only_its_new_blocks(db):
     """Found by review: an append copies the blocks before the last session under new
     ids, so the next `extract` sent every block of the conversation to the provider again
