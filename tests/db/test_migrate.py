@@ -185,13 +185,8 @@ def test_a_server_without_an_extension_s_files_is_told_which_package(fresh_db, m
     conn.close()
 
 
-def test_a_schema_behind_this_build_says_so(fresh_db):
-    """A database of this version that lacks some of its migrations (an earlier build of
-    an unreleased version) failed on the first function it lacked ("function
-    donto._may_embed(...) does not exist"); every command now says what is missing."""
-    conn = fresh_db()
-    last = migrate.migrations()[-1].name
-    migrate.migrate(conn, upto=f"{int(last[:3]) - 1:03d}")
+def recall_error(conn) -> list[str]:
+    """The lines `donto-pg recall` fails with on CONN's database (committed first)."""
     info = conn.info
     conn.commit()
     r = subprocess.run([sys.executable, "-m", "donto_pg", "recall", "x", "--dsn",
@@ -199,7 +194,17 @@ def test_a_schema_behind_this_build_says_so(fresh_db):
                         f"dbname={info.dbname}"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.splitlines() == [
+    return r.stderr.splitlines()
+
+
+def test_a_schema_behind_this_build_says_so(fresh_db):
+    """A database of this version that lacks some of its migrations (an earlier build of
+    an unreleased version) failed on the first function it lacked ("function
+    donto._may_embed(...) does not exist"); every command now says what is missing."""
+    conn = fresh_db()
+    last = migrate.migrations()[-1].name
+    migrate.migrate(conn, upto=f"{int(last[:3]) - 1:03d}")
+    assert recall_error(conn) == [
         f"error: the database's donto schema is an earlier build of {donto_pg.__version__}: "
         f"it lacks migration(s) {last}", "  fix: run `donto-pg migrate`"]
 
@@ -209,19 +214,9 @@ def test_a_schema_of_another_version_says_which_and_what_to_do(fresh_db):
     0.3.0", a newer one was told to migrate with this (older) donto-pg, and one with a
     later build's migrations passed unnoticed."""
 
-    def recall(conn) -> list[str]:
-        info = conn.info
-        conn.commit()
-        r = subprocess.run([sys.executable, "-m", "donto_pg", "recall", "x", "--dsn",
-                            f"host={info.host} port={info.port} user={info.user} "
-                            f"dbname={info.dbname}"],
-                           capture_output=True, text=True, cwd=ROOT, timeout=300)
-        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-        return r.stderr.splitlines()
-
     old = fresh_db()
     migrate.migrate(old, upto=build.RELEASED["0.2.0"][:3])  # what 0.2.0's migrate left
-    assert recall(old) == [
+    assert recall_error(old) == [
         f"error: the database's donto schema is version 0.2.0, this donto-pg is "
         f"{donto_pg.__version__}",
         f"  fix: upgrade the database with `donto-pg migrate` (from donto-pg "
@@ -229,7 +224,7 @@ def test_a_schema_of_another_version_says_which_and_what_to_do(fresh_db):
     later = fresh_db()
     migrate.migrate(later)
     later.execute("insert into donto.migration (name, sha256) values ('999-later.sql', 'x')")
-    lines = recall(later)
+    lines = recall_error(later)
     assert "of a later donto-pg" in lines[0] and "999-later.sql" in lines[0]
     assert lines[1] == "  fix: install the donto-pg that migrated it: a database is never " \
                        "downgraded"
@@ -238,7 +233,7 @@ def test_a_schema_of_another_version_says_which_and_what_to_do(fresh_db):
     newer.execute("set donto.allow_ddl = 'on'")
     newer.execute("create or replace function donto.sql_version() returns text "
                   "language sql as $$ select '9.9.9' $$")
-    assert recall(newer) == [
+    assert recall_error(newer) == [
         f"error: the database's donto schema is version 9.9.9, this donto-pg is "
         f"{donto_pg.__version__}",
         "  fix: install the donto-pg that migrated it (9.9.9): a database is never downgraded"]
