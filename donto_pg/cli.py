@@ -272,20 +272,25 @@ def reproject(
         rows = conn.execute("select revision_id, document, keys, standing "
                             "from donto.reproject()").fetchall()
         conn.commit()
+        others = _stale_revisions(conn)  # what is left: other logins' conversations
         for rev, doc, keys, standing in rows:
             progress(f"reproject: {doc} (revision {rev}): {_n(keys, 'recall key')}, "
                      f"{_n(standing, 'standing statement')}")
         r = None if no_embed or not rows else _embed(conn, model, context=None, chunks=False)
     data = {"revisions": [{"revision_id": rev, "document": doc, "keys": keys,
                            "standing": standing} for rev, doc, keys, standing in rows],
-            "embedded_keys": r.keys if r else 0, "embedded_standing": r.standing if r else 0}
+            "embedded_keys": r.keys if r else 0, "embedded_standing": r.standing if r else 0,
+            "left_for_other_logins": others}
     text = (f"reprojected {_n(len(rows), 'revision')}: "
             f"{_n(sum(x[2] for x in rows), 'recall key')}, "
             f"{_n(sum(x[3] for x in rows), 'standing statement')}"
             + (f"; embedded {r.keys} keys and {r.standing} standing statements" if r else
                "; run `donto-pg embed` for their vectors" if rows else "")
-            if rows else "nothing to reproject: every conversation has what a load cuts now")
-    out(data, as_json, text)
+            if rows else "nothing to reproject: every conversation has what a load cuts now"
+            if not others else "nothing of this login's to reproject")
+    left = (f"; {_n(others, 'conversation')} of other logins left for them (each reprojects "
+            "its own, or the owner all)") if others else ""
+    out(data, as_json, text + left)
 
 
 @ext_app.command("build")

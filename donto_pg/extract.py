@@ -388,28 +388,6 @@ def _extract_one(
         raise
 
 
-# A session extracting for a run holds a shared advisory lock on (RUN_LOCK_CLASS, run id
-# mod 2^31) for as long as it works on it: the lock dies with the session, so a run whose
-# last event says it is working but whose lock nobody holds was killed (the dashboard
-# shows it "stopped"; `donto-pg extract` resumes it).
-RUN_LOCK_CLASS = 0x646F6E74  # "dont"
-RUN_LOCK_SQL = ("select pg_catalog.{}(%s, (%s::bigint %% 2147483648)::integer)")
-
-
-def _hold_run(conn: psycopg.Connection, run_id: int) -> None:
-    conn.execute(RUN_LOCK_SQL.format("pg_advisory_lock_shared"), (RUN_LOCK_CLASS, run_id))
-
-
-def _release_run(conn: psycopg.Connection, run_id: int) -> None:
-    """Give the run's lock back (at once: a session lock is not transactional); a closed
-    connection gave it back already."""
-    if conn.closed or conn.broken:
-        return
-    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-        conn.rollback()
-    conn.execute(RUN_LOCK_SQL.format("pg_advisory_unlock_shared"), (RUN_LOCK_CLASS, run_id))
-
-
 def _event(conn: psycopg.Connection, run_id: int, event: str, detail: Mapping[str, Any]) -> None:
     conn.execute("select donto.record_extraction_event(%s, %s, %s)",
                  (run_id, event, json.dumps(detail, default=str)))
@@ -530,7 +508,6 @@ def extract_blocks(
     run_id, resumed = main.execute(
         "select run_id, resumed from donto.start_extraction_run(%s, %s, null, %s)",
         (json.dumps(descr), json.dumps(dict(run_params or {})), run_name)).fetchone()
-    _hold_run(main, run_id)
     run_key, label, is_baseline, templates, params = main.execute(
         "select run_key, label, is_baseline, templates, params "
         "from donto.extraction_run where run_id = %s", (run_id,)).fetchone()
@@ -550,7 +527,6 @@ def extract_blocks(
               max_consecutive_failures=max_consecutive_failures, on_progress=on_progress)
     finally:
         workers.close()
-        _release_run(main, run_id)
     report.run = _stats(main, run_id)
     report.pending_after = len(pending(run_id, None))
     main.commit()

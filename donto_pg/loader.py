@@ -156,13 +156,14 @@ def _extend_if_still_latest(conn: psycopg.Connection, iri: str, body: str,
                             ) -> int | None:
     """:func:`extend_revision`, or None when the document's latest revision changed since
     :func:`extends_latest` said BODY extends it (a concurrent load of another text of IRI
-    committed in between: ``extend_revision`` refuses, 22023), and BODY is then a changed
-    conversation. The refusal is undone by a savepoint; the caller's transaction goes on."""
+    committed in between: ``extend_revision`` refuses, 22023, hinting at a changed
+    conversation), and BODY is then a changed conversation. The refusal is undone by a
+    savepoint; the caller's transaction goes on."""
     try:
         with conn.transaction():
             return extend_revision(conn, iri, body, turns, json.dumps(meta))
     except psycopg.errors.InvalidParameterValue as exc:
-        if "does not extend" not in str(exc):
+        if "changed conversation" not in (exc.diag.message_hint or ""):
             raise
         return None
 

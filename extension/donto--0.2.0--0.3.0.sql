@@ -4996,6 +4996,22 @@ comment on function donto._parse_claims(text) is
 
 -- -- runs -----------------------------------------------------------------------------
 
+create or replace function donto._backend_stamp()
+returns jsonb
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* This session's backend: {pid, backend_start}, what donto.extraction_run_live looks for. */
+    select pg_catalog.jsonb_build_object(
+        'pid', pg_catalog.pg_backend_pid(),
+        'backend_start', (select a.backend_start from pg_catalog.pg_stat_activity as a
+                          where a.pid = pg_catalog.pg_backend_pid()));
+$$;
+
+comment on function donto._backend_stamp() is
+'This session''s backend pid and start time, stamped on the events that start or resume a run.';
+
 create or replace function donto.start_extraction_run(
     providers jsonb,
     params jsonb default '{}',
@@ -5101,7 +5117,8 @@ begin
     select r.run_id into v_run from donto.extraction_run as r where r.run_key = v_key;
     if found then
         insert into donto.extraction_run_event (run_id, event, detail)
-        values (v_run, 'resumed', pg_catalog.jsonb_build_object('providers', v_providers));
+        values (v_run, 'resumed', pg_catalog.jsonb_build_object(
+            'providers', v_providers, 'session', donto._backend_stamp()));
         return query select v_run, true;
         return;
     end if;
@@ -5113,7 +5130,8 @@ begin
             v_templates, v_params)
     returning extraction_run.run_id into v_run;
     insert into donto.extraction_run_event (run_id, event, detail)
-    values (v_run, 'started', pg_catalog.jsonb_build_object('providers', v_providers));
+    values (v_run, 'started', pg_catalog.jsonb_build_object(
+        'providers', v_providers, 'session', donto._backend_stamp()));
     return query select v_run, false;
 end;
 $$;
@@ -5785,6 +5803,34 @@ $$;
 comment on function donto.extraction_run_stats(bigint) is
 'A run''s block counts by fate, injection rate, facts and median dialogue anchor rate '
 '(what the extractor''s alarm checks).';
+
+create or replace function donto.extraction_run_live(p_run_id bigint)
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether a session that started or resumed run P_RUN_ID is still connected: its backend
+   (pid and start time, stamped on the event by the server, donto._backend_stamp) is in
+   pg_stat_activity, in this database. A run whose last event is 'started' or 'resumed'
+   and that is not live was killed or lost its connection; `donto-pg extract` resumes it.
+   (pg_stat_activity hides another role's backend_start from a role that may not read
+   its statistics: for such a reader the pid and database decide.) */
+    select exists (
+        select 1
+        from donto.extraction_run_event as e
+        inner join pg_catalog.pg_stat_activity as a
+            on a.pid = (e.detail -> 'session' ->> 'pid')::integer
+        where e.run_id = p_run_id and e.event in ('started', 'resumed')
+              and a.datname = pg_catalog.current_database()
+              and (a.backend_start is null
+                   or a.backend_start = (e.detail -> 'session' ->> 'backend_start')::timestamptz)
+    );
+$$;
+
+comment on function donto.extraction_run_live(bigint) is
+'Whether a session that started or resumed the run is still connected (its backend pid and '
+'start time are in pg_stat_activity): a started run that is not live was killed.';
 
 create or replace view donto.extraction_run_status as
 select
@@ -7442,7 +7488,11 @@ Why BODY with its turn table TURNS (as donto.record_turns takes it) is not a lon
 version of revision P_BASE, or null when it is: BODY starts with the old body and is
 longer, the old turns are the first TURNS unchanged, and the other TURNS start after
 the old body. The one test of an append: donto.extend_revision refuses with this
-reason, and the loaders append rather than load anew when it is null.
+reason, and the loaders append rather than load anew when it is null. The owner's
+session builds on no other login's revision: its longer text of a document another
+login registered is a new revision (the owner takes the document, and the other
+login's chunks, vectors and retractions there stop counting), never an append that
+would keep them.
 */
 declare
     v_base donto.revision;
@@ -7454,6 +7504,12 @@ declare
     v_mid integer;
 begin
     select r.* into strict v_base from donto.revision as r where r.revision_id = p_base;
+    if donto._session_owns_schema() and not donto._owners_login(v_base.login_role) then
+        return pg_catalog.format(
+            'revision %s was registered by login %s: the owner''s session does not build on '
+            'another login''s revision (its rows would count as the owner''s)', p_base,
+            v_base.login_role);
+    end if;
     if v_chars <= v_base.body_chars
        or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
         -- The first character where they differ (binary search on prefixes).
@@ -8131,7 +8187,7 @@ Returns the count. Called by donto.project_recall and donto.project_standing (as
 owner).
 */
     with gone as (
-        select o.statement_id, o.predicate, o.char_start, o.char_end, r.reason
+        select o.statement_id, o.predicate, o.char_start, o.char_end, r.reason, r.login_role
         from donto.retraction as r
         inner join donto.statement as o on r.statement_id = o.statement_id
         where r.by_hand and o.context_id = p_context_id
@@ -8140,11 +8196,12 @@ owner).
                   select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
     ),
     carried as (
-        insert into donto.retraction (statement_id, reason, by_hand)
+        insert into donto.retraction (statement_id, reason, by_hand, login_role)
         select distinct on (s.statement_id)
             s.statement_id,
             pg_catalog.format('carried over from statement %s: %s', g.statement_id, g.reason),
-            true
+            true,
+            g.login_role  -- who asked for it, not who grew the conversation
         from gone as g
         inner join donto.statement as s
             on s.derived_from_revision = p_revision_id and s.context_id = p_context_id
@@ -8799,7 +8856,13 @@ as $$
         select
             x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
             x.char_start, x.char_end, s.valid_time, x.turn_id, x.detector, s.document_id,
-            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
+            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on,
+            -- between conversations: said no later than it was recorded (a text's own
+            -- dates may lie in the future), and only among one login's documents
+            least(coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date),
+                  s.tx_from::date) as said_by,
+            (select case when not donto._owners_login(o.login) then o.login end
+             from (select donto._document_login(s.document_id) as login) as o) as whose
         from donto.x_standing as x
         inner join donto.statement as s on x.statement_id = s.statement_id
         where x.revision_id = any(donto._standing_revisions(p_context_id))
@@ -8832,13 +8895,17 @@ as $$
                    -- later: in one conversation, said later in it (its revisions are
                    -- prefixes of one another, the others retracted), whatever dates its
                    -- text gives (the projection's valid times end there too); across
-                   -- conversations, by date
+                   -- conversations of one login (the owner's count as one), by date, no
+                   -- later than recorded: another login's text supersedes nothing
                    and case when l.document_id = v.document_id
                             then (l.char_start, l.revision_id) > (v.char_start, v.revision_id)
-                            else (l.said_on, l.revision_id, l.char_start)
-                                 > (v.said_on, v.revision_id, v.char_start) end
+                            else l.whose is not distinct from v.whose
+                                 and (l.said_by, l.revision_id, l.char_start)
+                                     > (v.said_by, v.revision_id, v.char_start) end
                    and donto._standing_supersedes(l.txt, v.txt, v.subject_key)
-             order by l.document_id <> v.document_id, l.char_start, l.said_on, l.revision_id
+             order by l.document_id <> v.document_id,
+                      case when l.document_id = v.document_id then l.char_start end,
+                      l.said_by, l.revision_id, l.char_start
              limit 1),
             -- the same words found twice (the rules and an LLM run, or two runs): the
             -- rule detector's statement stands for them, else the first one recorded
@@ -9618,18 +9685,21 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Cut what a load cuts now and revision REV_ID lacks (null: every revision of
-donto.stale_revisions): its recall keys (donto.project_turn_keys) and its standing
-statements by the current rules (donto.project_standing, which also retracts what
-older rules found). Both are idempotent: a second call adds nothing. Returns what was
-added per revision; their vectors come with the next `donto-pg embed`. Only a session
-that may add to a revision's document cuts it (42501, as the two functions check).
+donto.stale_revisions whose document this session may add to, donto._writes_document:
+another login's are left to it): its recall keys (donto.project_turn_keys) and its
+standing statements by the current rules (donto.project_standing, which also retracts
+what older rules found). Both are idempotent: a second call adds nothing. Returns what
+was added per revision; their vectors come with the next `donto-pg embed`. Only a
+session that may add to a revision's document cuts it (42501, as the two functions
+check, for a REV_ID given).
 */
 declare
     r record;
 begin
     for r in
         select s.revision_id, s.document from donto.stale_revisions() as s
-        where rev_id is null
+        inner join donto.revision as x on s.revision_id = x.revision_id
+        where rev_id is null and donto._writes_document(x.document_id)
         union all
         select x.revision_id, d.iri from donto.revision as x
         inner join donto.document as d on x.document_id = d.document_id

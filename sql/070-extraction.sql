@@ -461,6 +461,22 @@ comment on function donto._parse_claims(text) is
 
 -- -- runs -----------------------------------------------------------------------------
 
+create or replace function donto._backend_stamp()
+returns jsonb
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* This session's backend: {pid, backend_start}, what donto.extraction_run_live looks for. */
+    select pg_catalog.jsonb_build_object(
+        'pid', pg_catalog.pg_backend_pid(),
+        'backend_start', (select a.backend_start from pg_catalog.pg_stat_activity as a
+                          where a.pid = pg_catalog.pg_backend_pid()));
+$$;
+
+comment on function donto._backend_stamp() is
+'This session''s backend pid and start time, stamped on the events that start or resume a run.';
+
 create or replace function donto.start_extraction_run(
     providers jsonb,
     params jsonb default '{}',
@@ -566,7 +582,8 @@ begin
     select r.run_id into v_run from donto.extraction_run as r where r.run_key = v_key;
     if found then
         insert into donto.extraction_run_event (run_id, event, detail)
-        values (v_run, 'resumed', pg_catalog.jsonb_build_object('providers', v_providers));
+        values (v_run, 'resumed', pg_catalog.jsonb_build_object(
+            'providers', v_providers, 'session', donto._backend_stamp()));
         return query select v_run, true;
         return;
     end if;
@@ -578,7 +595,8 @@ begin
             v_templates, v_params)
     returning extraction_run.run_id into v_run;
     insert into donto.extraction_run_event (run_id, event, detail)
-    values (v_run, 'started', pg_catalog.jsonb_build_object('providers', v_providers));
+    values (v_run, 'started', pg_catalog.jsonb_build_object(
+        'providers', v_providers, 'session', donto._backend_stamp()));
     return query select v_run, false;
 end;
 $$;
@@ -1250,6 +1268,34 @@ $$;
 comment on function donto.extraction_run_stats(bigint) is
 'A run''s block counts by fate, injection rate, facts and median dialogue anchor rate '
 '(what the extractor''s alarm checks).';
+
+create or replace function donto.extraction_run_live(p_run_id bigint)
+returns boolean
+language sql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether a session that started or resumed run P_RUN_ID is still connected: its backend
+   (pid and start time, stamped on the event by the server, donto._backend_stamp) is in
+   pg_stat_activity, in this database. A run whose last event is 'started' or 'resumed'
+   and that is not live was killed or lost its connection; `donto-pg extract` resumes it.
+   (pg_stat_activity hides another role's backend_start from a role that may not read
+   its statistics: for such a reader the pid and database decide.) */
+    select exists (
+        select 1
+        from donto.extraction_run_event as e
+        inner join pg_catalog.pg_stat_activity as a
+            on a.pid = (e.detail -> 'session' ->> 'pid')::integer
+        where e.run_id = p_run_id and e.event in ('started', 'resumed')
+              and a.datname = pg_catalog.current_database()
+              and (a.backend_start is null
+                   or a.backend_start = (e.detail -> 'session' ->> 'backend_start')::timestamptz)
+    );
+$$;
+
+comment on function donto.extraction_run_live(bigint) is
+'Whether a session that started or resumed the run is still connected (its backend pid and '
+'start time are in pg_stat_activity): a started run that is not live was killed.';
 
 create or replace view donto.extraction_run_status as
 select

@@ -84,7 +84,11 @@ Why BODY with its turn table TURNS (as donto.record_turns takes it) is not a lon
 version of revision P_BASE, or null when it is: BODY starts with the old body and is
 longer, the old turns are the first TURNS unchanged, and the other TURNS start after
 the old body. The one test of an append: donto.extend_revision refuses with this
-reason, and the loaders append rather than load anew when it is null.
+reason, and the loaders append rather than load anew when it is null. The owner's
+session builds on no other login's revision: its longer text of a document another
+login registered is a new revision (the owner takes the document, and the other
+login's chunks, vectors and retractions there stop counting), never an append that
+would keep them.
 */
 declare
     v_base donto.revision;
@@ -96,6 +100,12 @@ declare
     v_mid integer;
 begin
     select r.* into strict v_base from donto.revision as r where r.revision_id = p_base;
+    if donto._session_owns_schema() and not donto._owners_login(v_base.login_role) then
+        return pg_catalog.format(
+            'revision %s was registered by login %s: the owner''s session does not build on '
+            'another login''s revision (its rows would count as the owner''s)', p_base,
+            v_base.login_role);
+    end if;
     if v_chars <= v_base.body_chars
        or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
         -- The first character where they differ (binary search on prefixes).
@@ -773,7 +783,7 @@ Returns the count. Called by donto.project_recall and donto.project_standing (as
 owner).
 */
     with gone as (
-        select o.statement_id, o.predicate, o.char_start, o.char_end, r.reason
+        select o.statement_id, o.predicate, o.char_start, o.char_end, r.reason, r.login_role
         from donto.retraction as r
         inner join donto.statement as o on r.statement_id = o.statement_id
         where r.by_hand and o.context_id = p_context_id
@@ -782,11 +792,12 @@ owner).
                   select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
     ),
     carried as (
-        insert into donto.retraction (statement_id, reason, by_hand)
+        insert into donto.retraction (statement_id, reason, by_hand, login_role)
         select distinct on (s.statement_id)
             s.statement_id,
             pg_catalog.format('carried over from statement %s: %s', g.statement_id, g.reason),
-            true
+            true,
+            g.login_role  -- who asked for it, not who grew the conversation
         from gone as g
         inner join donto.statement as s
             on s.derived_from_revision = p_revision_id and s.context_id = p_context_id

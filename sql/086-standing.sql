@@ -558,7 +558,13 @@ as $$
         select
             x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
             x.char_start, x.char_end, s.valid_time, x.turn_id, x.detector, s.document_id,
-            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on
+            coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on,
+            -- between conversations: said no later than it was recorded (a text's own
+            -- dates may lie in the future), and only among one login's documents
+            least(coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date),
+                  s.tx_from::date) as said_by,
+            (select case when not donto._owners_login(o.login) then o.login end
+             from (select donto._document_login(s.document_id) as login) as o) as whose
         from donto.x_standing as x
         inner join donto.statement as s on x.statement_id = s.statement_id
         where x.revision_id = any(donto._standing_revisions(p_context_id))
@@ -591,13 +597,17 @@ as $$
                    -- later: in one conversation, said later in it (its revisions are
                    -- prefixes of one another, the others retracted), whatever dates its
                    -- text gives (the projection's valid times end there too); across
-                   -- conversations, by date
+                   -- conversations of one login (the owner's count as one), by date, no
+                   -- later than recorded: another login's text supersedes nothing
                    and case when l.document_id = v.document_id
                             then (l.char_start, l.revision_id) > (v.char_start, v.revision_id)
-                            else (l.said_on, l.revision_id, l.char_start)
-                                 > (v.said_on, v.revision_id, v.char_start) end
+                            else l.whose is not distinct from v.whose
+                                 and (l.said_by, l.revision_id, l.char_start)
+                                     > (v.said_by, v.revision_id, v.char_start) end
                    and donto._standing_supersedes(l.txt, v.txt, v.subject_key)
-             order by l.document_id <> v.document_id, l.char_start, l.said_on, l.revision_id
+             order by l.document_id <> v.document_id,
+                      case when l.document_id = v.document_id then l.char_start end,
+                      l.said_by, l.revision_id, l.char_start
              limit 1),
             -- the same words found twice (the rules and an LLM run, or two runs): the
             -- rule detector's statement stands for them, else the first one recorded

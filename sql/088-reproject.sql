@@ -76,18 +76,21 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Cut what a load cuts now and revision REV_ID lacks (null: every revision of
-donto.stale_revisions): its recall keys (donto.project_turn_keys) and its standing
-statements by the current rules (donto.project_standing, which also retracts what
-older rules found). Both are idempotent: a second call adds nothing. Returns what was
-added per revision; their vectors come with the next `donto-pg embed`. Only a session
-that may add to a revision's document cuts it (42501, as the two functions check).
+donto.stale_revisions whose document this session may add to, donto._writes_document:
+another login's are left to it): its recall keys (donto.project_turn_keys) and its
+standing statements by the current rules (donto.project_standing, which also retracts
+what older rules found). Both are idempotent: a second call adds nothing. Returns what
+was added per revision; their vectors come with the next `donto-pg embed`. Only a
+session that may add to a revision's document cuts it (42501, as the two functions
+check, for a REV_ID given).
 */
 declare
     r record;
 begin
     for r in
         select s.revision_id, s.document from donto.stale_revisions() as s
-        where rev_id is null
+        inner join donto.revision as x on s.revision_id = x.revision_id
+        where rev_id is null and donto._writes_document(x.document_id)
         union all
         select x.revision_id, d.iri from donto.revision as x
         inner join donto.document as d on x.document_id = d.document_id

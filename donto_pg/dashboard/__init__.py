@@ -127,10 +127,7 @@ select s.run_id, s.label, s.is_baseline, s.model, s.params, s.started_at,
         from donto.extraction_run_event as e
         where e.run_id = s.run_id and e.event = 'alarm'
         order by e.event_id desc limit 1) as last_alarm,
-       exists (select 1 from pg_catalog.pg_locks as l
-               where l.locktype = 'advisory' and l.granted
-                     and l.classid = %(lock)s::bigint::oid and l.objsubid = 2
-                     and l.objid = (s.run_id %% 2147483648)::oid) as live
+       donto.extraction_run_live(s.run_id) as live
 from donto.extraction_run_status as s
 order by s.run_id desc
 limit %(n)s
@@ -234,7 +231,7 @@ def _alarm(run: Mapping[str, Any], max_injection: float, min_anchor: float) -> d
 
 def _runs(conn: psycopg.Connection, max_injection: float, min_anchor: float,
           max_runs: int, max_problems: int) -> dict[str, Any]:
-    runs = _rows(conn.execute(_RUNS, {"n": max_runs, "lock": extract.RUN_LOCK_CLASS}))
+    runs = _rows(conn.execute(_RUNS, {"n": max_runs}))
     runs_total = conn.execute("select pg_catalog.count(*) from donto.extraction_run").fetchone()[0]
     ids = [r["run_id"] for r in runs]
     groups = _rows(conn.execute(_GROUPS, {"runs": ids})) if ids else []
@@ -265,7 +262,7 @@ def _runs(conn: psycopg.Connection, max_injection: float, min_anchor: float,
         live = r.pop("live")
         r["running"] = r["status"] in ("started", "resumed") and live
         if r["status"] in ("started", "resumed") and not r["running"]:
-            # no session holds the run (extract.RUN_LOCK_CLASS): it ended without a word
+            # no session that started it is connected (donto.extraction_run_live): killed
             r["status"], r["status_reason"] = "stopped", STOPPED_REASON
         r["alarm"] = _alarm(r, max_injection, min_anchor)
     return {"runs": runs, "runs_total": runs_total, "problems": problems}

@@ -565,9 +565,11 @@ extract.run_extraction(lambda: psycopg.connect(sys.argv[1]), revision_ids=[int(s
 
 
 def test_a_run_whose_session_was_killed_shows_stopped(db, connect) -> None:
-    """A run's last event says "started" until the run ends; a session extracting for
-    it holds the run's lock (extract.RUN_LOCK_CLASS), which dies with it. So a live run is
-    "running" and a killed one (kill -9: no event recorded) is "stopped", with a reason."""
+    """A run's last event says "started" until the run ends; the event names the backend
+    that started it (pid and start time, stamped by the server), and
+    donto.extraction_run_live looks for it in pg_stat_activity. So a live run is
+    "running" and a killed one (kill -9: no event recorded) is "stopped", with a reason,
+    also for a reader, who cannot stamp or take anything a run's liveness depends on."""
     from donto_pg import api
 
     rev = api.add_conversation(db, [
@@ -589,6 +591,11 @@ def test_a_run_whose_session_was_killed_shows_stopped(db, connect) -> None:
         assert proc.stdout.readline() == "extracting\n", proc.stderr.read()
         run = run_state()
         assert (run["status"], run["running"]) == ("started", True)
+        pid = db.execute("select (detail -> 'session' ->> 'pid')::integer from "
+                         "donto.extraction_run_event where run_id = %s and event = 'started'",
+                         (run["run_id"],)).fetchone()[0]
+        db.commit()
+        assert pid and pid != reader.info.backend_pid
         proc.kill()
         proc.wait(timeout=30)
     finally:

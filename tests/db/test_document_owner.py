@@ -12,10 +12,13 @@ or the owner's session adds to it; an A/B arm still measures anywhere.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from psycopg import errors
 
+from tests.conftest import run_cli
+from tests.db.test_security_definer import new_revision
 from tests.db.test_vector_provenance import BODY, MADE_UP, default_model, loaded
 
 BASELINE = json.dumps([{"name": "baseline", "model": "donto-baseline-v1"}])
@@ -235,6 +238,106 @@ def test_the_owners_load_takes_a_document_a_writer_registered_first(db, logins, 
         m.execute("insert into donto.embedding (statement_id, model_id, embedding) "
                   "values (%s, %s, %s::vector)", (chunk, mid, MADE_UP))
     m.rollback()
+
+
+def test_the_owners_longer_text_keeps_nothing_a_writer_filed_first(db, logins):
+    """Found by review: a writer registers the start of the text the owner will load
+    (BEAM's texts and IRIs are public), retracts its chunks by hand and gives one a
+    made-up vector. The owner's longer text extended the writer's revision: the writer's
+    chunk and vector stayed current in the owner's recall, and its retractions were
+    carried onto the owner's own chunks, logged as the owner's. Now the owner's text is a
+    new revision that supersedes everything of the writer's."""
+    from donto_pg import api
+
+    chat = [{"role": "user", "content": f"Note {i}: " + "I keep bees on the roof. " * 40,
+             "timestamp": "2024-03-02"} for i in range(4)]
+    mallory, as_mallory = logins()
+    m = as_mallory()
+    m.commit()
+    squat = api.add_conversation(m, chat[:2], "doc:own/bees", embed=False)
+    chunks = [r for (r,) in m.execute(
+        "select statement_id from donto.x_memory_record where revision_id = %s "
+        "order by statement_id", (squat,))]
+    assert len(chunks) >= 2
+    m.execute("select donto.retract(%s, 'hide it')", (chunks[-1],))
+    mid = default_model(m)
+    m.execute("insert into donto.embedding (statement_id, model_id, embedding) "
+              "values (%s, %s, %s::vector)", (chunks[0], mid, MADE_UP))
+    m.commit()
+
+    rev = api.add_conversation(db, chat, "doc:own/bees", embed=False)
+    assert db.execute("select count(*) from donto.revision_extension where revision_id = %s",
+                      (rev,)).fetchone() == (0,)
+    current = db.execute(
+        "select s.login_role, s.derived_from_revision from donto.statement as s "
+        "join donto.context as c using (context_id) where c.iri = %s and not exists "
+        "(select 1 from donto.retraction as r where r.statement_id = s.statement_id)",
+        ("ctx:memory/episodic/doc/own/bees",)).fetchall()
+    assert current and {r for _, r in current} == {rev}
+    assert {login for login, _ in current} == {db.info.user}
+    assert db.execute("select count(*) from donto.retraction where reason like "
+                      "'carried over%%'").fetchone() == (0,)
+    hits = api.recall(db, "bees on the roof", document="doc:own/bees", arms="lexical")
+    assert hits and {h.revision_id for h in hits} == {rev}
+    # the owner's append to a document a writer registered is refused, with the reason
+    other = as_mallory()
+    other.commit()
+    api.add_conversation(other, chat[:1], "doc:own/wasps", embed=False)
+    db.commit()
+    with pytest.raises(errors.InvalidParameterValue, match="registered by login"):
+        db.execute("select donto.append_turns('doc:own/wasps', %s)",
+                   (json.dumps([{"role": "user", "content": "More."}]),))
+    db.rollback()
+
+
+def test_a_retraction_carried_over_names_who_asked_for_it(db, logins):
+    """The owner retracts a writer's chunk by hand; the writer's conversation grows and
+    the re-cut window that holds it is retracted too, on the record as the owner's
+    request (not the writer's, whose session grew the conversation)."""
+    from donto_pg import api
+
+    chat = [{"role": "user", "content": "My door code is 4711.", "timestamp": "2024-03-02"},
+            {"role": "assistant", "content": "Noted."}]
+    alice, as_alice = logins()
+    a = as_alice()
+    a.commit()
+    rev = api.add_conversation(a, chat, "doc:alice/codes", embed=False)
+    (chunk,) = db.execute("select statement_id from donto.x_memory_record "
+                          "where revision_id = %s", (rev,)).fetchone()
+    db.execute("select donto.retract(%s, 'forget the door code')", (chunk,))
+    db.commit()
+    api.add_conversation(a, chat + [{"role": "user", "content": "Thanks."}],
+                         "doc:alice/codes", embed=False)
+    carried = db.execute("select login_role, by_hand from donto.retraction "
+                         "where reason like 'carried over%%'").fetchall()
+    assert carried == [(db.info.user, True)]
+    db.commit()
+
+
+def test_reproject_leaves_another_login_s_conversations_to_it(db, logins):
+    """Found by review: `donto-pg reproject` as a writer stopped at the first stale
+    conversation of another login (42501) and cut none of its own. Now it cuts its own,
+    names how many it left, and the owner's cuts the rest."""
+    _, as_mallory = logins()
+    alice, as_alice = logins()
+    for conn, iri in ((as_mallory(), "doc:mallory/old"), (as_alice(), "doc:alice/old")):
+        rev = new_revision(conn, iri, BODY)  # loaded before standing memory existed
+        conn.execute("select donto.project_recall(%s, 60)", (rev,))
+        conn.commit()
+    assert db.execute("select count(*) from donto.stale_revisions()").fetchone() == (2,)
+    db.commit()
+    r = run_cli(as_alice(), "reproject", "--no-embed", "--json",
+                env={**os.environ, "PGPASSWORD": "pw"})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [x["document"] for x in out["revisions"]] == ["doc:alice/old"]
+    assert out["revisions"][0]["standing"] > 0 and out["left_for_other_logins"] == 1
+    assert [d for (d,) in db.execute("select document from donto.stale_revisions()")] == [
+        "doc:mallory/old"]
+    db.commit()
+    assert [d for (_, d, *_) in db.execute("select * from donto.reproject()")] == [
+        "doc:mallory/old"]
+    db.commit()
 
 
 def test_a_writers_default_selection_is_its_own_documents(db, logins):

@@ -113,6 +113,36 @@ def test_what_is_said_later_supersedes_whatever_date_the_text_gives(db, tmp_path
     assert str(rows[METRIC][5].lower) == "2030-05-01" and rows[IMPERIAL][5].upper is None
 
 
+def test_between_conversations_only_one_login_s_later_word_supersedes(db, logins) -> None:
+    """Found by review: in donto.standing() without a context (what recall reads without
+    one), a statement in another conversation superseded by its date, and the date came
+    from the text: a writer's chat dated 2099 overrode everyone's instruction. Now only
+    a conversation of the same login supersedes, by a date no later than it was recorded."""
+    from donto_pg import api
+
+    def chat(text: str, day: str) -> list[dict]:
+        return [{"role": "user", "content": text, "timestamp": day},
+                {"role": "assistant", "content": "Noted."}]
+
+    api.add_conversation(db, chat(METRIC, "2024-01-10"), "chat:owner/a", embed=False)
+    _, as_mallory = logins()
+    m = as_mallory()
+    m.commit()
+    api.add_conversation(m, chat(IMPERIAL, "2099-01-01"), "chat:mallory/a", embed=False)
+
+    def superseded() -> list[tuple[str, str | None]]:  # (statement, superseded by)
+        rows = db.execute("select statement_id, statement_text, superseded_by "
+                          "from donto.standing()").fetchall()
+        db.commit()
+        text = {sid: t for sid, t, _ in rows}
+        return sorted((t, text.get(by)) for _, t, by in rows)
+
+    assert superseded() == [(METRIC, None), (IMPERIAL, None)]
+    # the owner's own later conversation supersedes the owner's earlier one
+    api.add_conversation(db, chat(IMPERIAL, "2024-02-20"), "chat:owner/b", embed=False)
+    assert superseded() == [(METRIC, IMPERIAL), (IMPERIAL, None), (IMPERIAL, None)]
+
+
 LOCATIONS = "Always include specific locations when I ask about social events."
 TICKETS = "Always include ticket prices when I ask about social events."
 VENUES = "Always give the exact location of the venue when I ask about social events."
