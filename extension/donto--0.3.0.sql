@@ -5753,7 +5753,7 @@ not pending: the same span there is the same text and the same prompt (an
 append copies the blocks before its last session, donto._extend_extraction),
 and its claims, anchored in that revision, stand for both.
 */
-    with proj as (
+    with proj as materialized (  -- the lineage once per projection, not per block
         select p.projection_id, array(select donto.revision_lineage(p.revision_id)) as lineage
         from donto.extraction_run as r
         inner join donto.projection as p
