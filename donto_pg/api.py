@@ -42,6 +42,7 @@ import functools
 import json
 import operator
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,23 @@ def _schema_fault(conn: psycopg.Connection, exc: psycopg.Error) -> None:
         return
 
 
+# The connections whose database require_schema accepted: each is checked before its
+# first call, as every CLI command checks first, so that a database migrated by a later
+# donto-pg is refused before anything is read from it or written to it.
+_SCHEMA_CHECKED: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+
+
+def _require_schema(conn: psycopg.Connection) -> None:
+    """SchemaMissing, SchemaVersion or SchemaBehind unless CONN's database has this
+    version's schema; once per connection (in a transaction of its own on an idle
+    connection, a savepoint in the caller's)."""
+    if conn in _SCHEMA_CHECKED:
+        return
+    with conn.transaction():
+        dbmod.require_schema(conn, end=False)
+    _SCHEMA_CHECKED.add(conn)
+
+
 def _reader(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """A function that reads: check the connection (the first argument), and make what
     the database refuses as a bad argument (SQLSTATE class 22: a k or a setting out of
@@ -108,6 +126,7 @@ def _reader(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         conn = _connection(_first(args, kwargs), fn.__name__)
         try:
+            _require_schema(conn)
             return fn(*args, **kwargs)
         except psycopg.Error as exc:
             _schema_fault(conn, exc)
@@ -157,10 +176,11 @@ def _moment(value: Any, what: str) -> datetime.datetime | None:
     return value
 
 
-def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+def _writer(fn: Callable[_P, _R], *, schema: bool = True) -> Callable[_P, _R]:
     """A function that commits as it goes: refuse a connection (the first argument) with
     a transaction open, which it would commit or discard with whatever the caller has in
-    it (writes, cursors, locks, a pending NOTIFY); roll back when FN raises, then raise."""
+    it (writes, cursors, locks, a pending NOTIFY); with SCHEMA, refuse a database without
+    this version's schema; roll back when FN raises, then raise."""
     @functools.wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         conn = _connection(_first(args, kwargs), fn.__name__)
@@ -171,6 +191,8 @@ def _writer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
                              fix="commit or roll back first (conn.commit()), or give donto_pg "
                                  "a connection of its own (donto_pg.connect())")
         try:
+            if schema:
+                _require_schema(conn)
             return fn(*args, **kwargs)
         except BaseException as exc:
             if not conn.closed and not conn.broken:
@@ -275,7 +297,7 @@ def connect(dsn: str | None = None) -> psycopg.Connection:
     return dbmod.connect(dsn)
 
 
-@_writer
+@functools.partial(_writer, schema=False)
 def ensure_schema(conn: psycopg.Connection) -> list[str]:
     """Install or upgrade the donto schema, as ``donto-pg migrate`` does (needs a
     superuser; a no-op when up to date, and for a database made with CREATE EXTENSION).
@@ -288,6 +310,7 @@ def ensure_schema(conn: psycopg.Connection) -> list[str]:
         return []
     applied = migrate.migrate(conn)
     dbmod.register_vector_if_present(conn)
+    _SCHEMA_CHECKED.discard(conn)  # checked again before the next call
     return applied
 
 

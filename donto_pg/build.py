@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from donto_pg import __version__
@@ -130,27 +131,43 @@ def build_extension(outdir: Path = EXTENSION_DIR) -> list[Path]:
 
 
 def pg_config() -> str:
-    """The pg_config to ask: $PG_CONFIG, else the one on PATH, else the Debian one of the
-    embedded cluster's PostgreSQL (``DONTO_PG_BIN``, default /usr/lib/postgresql/15/bin)."""
-    return os.environ.get("PG_CONFIG") or shutil.which("pg_config") or str(PG_BIN / "pg_config")
+    """The pg_config to ask: $PG_CONFIG, else that of ``DONTO_PG_BIN`` when it is set
+    (the PostgreSQL the embedded cluster runs), else the one on PATH, else the Debian one
+    of PostgreSQL 15 (/usr/lib/postgresql/15/bin)."""
+    chosen = os.environ.get("PG_CONFIG")
+    if not chosen and os.environ.get("DONTO_PG_BIN") and (PG_BIN / "pg_config").exists():
+        chosen = str(PG_BIN / "pg_config")
+    return chosen or shutil.which("pg_config") or str(PG_BIN / "pg_config")
 
 
 def pg_sharedir(pg_config_path: str | None = None) -> Path:
-    """The server's share directory (``pg_config --sharedir``)."""
+    """The server's share directory (``pg_config --sharedir``): an absolute path."""
     exe = pg_config_path or pg_config()
+    fix = "set PG_CONFIG to the pg_config of the target server"
     try:
         out = subprocess.run([exe, "--sharedir"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise MigrationError(
-            f"cannot run {exe} --sharedir ({exc}): install the PostgreSQL server development "
-            "files or set PG_CONFIG to the pg_config of the target server") from exc
-    return Path(out.stdout.strip())
+        raise MigrationError(f"cannot run {exe} --sharedir ({exc})",
+                             fix="install the PostgreSQL server development files or " + fix
+                             ) from exc
+    shared = out.stdout.strip()
+    if not shared or not os.path.isabs(shared):
+        raise MigrationError(f"{exe} --sharedir printed {shared!r}, not an absolute directory",
+                             fix=fix)
+    return Path(shared)
 
 
-def install_extension(sharedir: Path | None = None) -> list[Path]:
+def install_extension(sharedir: Path | None = None,
+                      on_replace: Callable[[Path], None] | None = None) -> list[Path]:
     """Copy the control file and every script (this version's, the update scripts and
-    the frozen scripts of older releases) into the server's extension directory."""
+    the frozen scripts of older releases) into the server's extension directory.
+    ON_REPLACE hears each file there that had other content (an earlier build of an
+    unreleased version: the databases created from it stay that build)."""
     target = (sharedir or pg_sharedir()) / "extension"
+    if not EXTENSION_DIR.is_dir():
+        raise MigrationError(f"there is no {EXTENSION_DIR} to install from",
+                             fix="run `donto-pg extension build` in a checkout, or install "
+                                 "the donto-pg wheel, which carries it")
     files = extension_files()
     stale = [n for n, t in files.items()
              if not (EXTENSION_DIR / n).exists() or (EXTENSION_DIR / n).read_text() != t]
@@ -161,14 +178,32 @@ def install_extension(sharedir: Path | None = None) -> list[Path]:
         )
     out = []
     for name in sorted({*files, *(p.name for p in EXTENSION_DIR.glob("donto--*.sql"))}):
-        dst = target / name
+        src, dst = EXTENSION_DIR / name, target / name
         try:
-            shutil.copyfile(EXTENSION_DIR / name, dst)
+            if on_replace and dst.exists() and dst.read_bytes() != src.read_bytes():
+                on_replace(dst)
+            shutil.copyfile(src, dst)
         except PermissionError as exc:
             raise MigrationError(
                 f"cannot write {dst}: run as root (or the server's owner)") from exc
         out.append(dst)
     return out
+
+
+def extension_state(conn) -> str | None:
+    """The version of extension donto in the connected database, None when it has none;
+    a database that ``donto-pg migrate`` installed is refused (it uses one or the other)."""
+    row = conn.execute("select extversion from pg_extension where extname = 'donto'"
+                       ).fetchone()
+    migrated = conn.execute("select to_regclass('donto.migration') is not null").fetchone()[0]
+    conn.commit()
+    if row is None and migrated:
+        raise MigrationError("this database's donto schema was installed by `donto-pg "
+                             "migrate`, not CREATE EXTENSION", "a database uses one or the "
+                             "other; nothing was copied",
+                             fix="upgrade it with `donto-pg migrate`; to copy only the files "
+                                 "for other databases: `donto-pg extension install --no-create`")
+    return row[0] if row else None
 
 
 def require_same_server(conn, sharedir: Path) -> None:

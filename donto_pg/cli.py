@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Annotated
 
@@ -203,7 +204,9 @@ def migrate(
                 if not plan:
                     typer.echo(f"-- nothing to run: {mig.ALREADY}")
             return
-        applied = mig.migrate(conn, on_step=lambda name: progress(f"migrate: {name}"),
+        heard: list[str] = []
+        applied = mig.migrate(conn, on_step=lambda name: (heard.append(name),
+                                                          progress(f"migrate: {name}")),
                               lock_wait=lock_wait, repair=repair,
                               on_wait=lambda text: typer.echo(f"migrate: {text}", err=True))
         if conn.execute("select has_schema_privilege('public', 'public', 'CREATE')"
@@ -220,13 +223,20 @@ def migrate(
                        "donto.adopt_logins(array['name', ...])` (README, Security model)",
                        err=True)
         _check_boot(dsn)
-        behind = _stale_revisions(conn) if applied else 0
+        behind = _stale_revisions(conn)
         if behind:
             typer.echo(f"note: {_n(behind, 'conversation')} loaded before projections this "
                        "version cuts at load time (recall keys, standing memory) recall as "
                        "they did then: run `donto-pg reproject` (README, Migrations)", err=True)
-    out({"applied": applied, "stale_revisions": behind}, as_json,
-        f"applied {', '.join(applied)}" if applied else "up to date (nothing to apply)")
+    # sql/ runs again with no migration pending when the catalog differs from what the
+    # database recorded of its last run: a restore (--no-owner), a hand-made change
+    sql_ran = mig.ALREADY not in heard
+    out({"applied": applied, "sql_ran": sql_ran, "stale_revisions": behind}, as_json,
+        f"applied {', '.join(applied)}" if applied else
+        "no migration to apply; ran sql/ again (functions, views, triggers, grants: "
+        + ("--repair)" if repair else "the catalog differed from what this database "
+           "recorded of its last run: a restore, a hand-made change)") if sql_ran else
+        "up to date (nothing to apply)")
 
 
 def _check_boot(dsn) -> None:
@@ -330,21 +340,36 @@ def extension_install(
     With --create (the default) the server at --dsn must be the one that directory belongs
     to (checked first: a server on another host is refused before anything is copied).
     """
-    from donto_pg import build
+    from donto_pg import __version__, build
 
     sharedir = build.pg_sharedir()
     if not create:
-        _echo_installed(build.install_extension(sharedir))
+        _install_files(sharedir)
         return
     with dbmod.connect(dsn, vector=False) as conn:
         build.require_same_server(conn, sharedir)  # before anything is copied
-        _echo_installed(build.install_extension(sharedir))
+        had = build.extension_state(conn)
+        _install_files(sharedir)
         build.create_extension(conn)
-    typer.echo("created extension donto")
+    if had is None:
+        typer.echo(f"created extension donto {__version__}")
+    elif had == __version__:
+        typer.echo(f"extension donto {had} was already created here")
+    else:
+        typer.echo(f"extension donto is at version {had} here: upgrade it with ALTER "
+                   f"EXTENSION donto UPDATE (to {__version__}; its update scripts are "
+                   "installed)")
 
 
-def _echo_installed(paths) -> None:
-    for p in paths:
+def _install_files(sharedir) -> None:
+    from donto_pg import build
+
+    def replaced(path) -> None:
+        typer.echo(f"warning: {path} had other content (an earlier build of this version): "
+                   "the databases created from it stay that build (README, Migrations)",
+                   err=True)
+
+    for p in build.install_extension(sharedir, on_replace=replaced):
         typer.echo(f"installed {p}")
 
 
@@ -1018,6 +1043,14 @@ def _report(lines: list[str], code: int) -> None:
                                "fix": fix, "exit_code": code}))
 
 
+_SIGTERM: list[int] = []  # the signal, once it came
+
+
+def _terminated(signum, frame) -> None:
+    _SIGTERM.append(signum)
+    raise errors.Terminated("SIGTERM")
+
+
 def main(argv: list[str] | None = None) -> None:
     """The `donto-pg` entry point: every error ends here as one or two lines on standard
     error and a non-zero exit code (2 when the command line does not parse), its
@@ -1032,6 +1065,8 @@ def main(argv: list[str] | None = None) -> None:
     _DEBUG = _DEBUG or os.environ.get("DONTO_DEBUG", "") not in ("", "0")
     global _JSON_ERRORS
     _JSON_ERRORS = "--json" in args[:cut]
+    if argv is None:  # the command line, not a caller's own process
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         code = app(args=args, prog_name="donto-pg", standalone_mode=False)
     except typer.TyperException as exc:  # click's usage errors: a bad option or argument
@@ -1054,4 +1089,7 @@ def main(argv: list[str] | None = None) -> None:
         told = errors.explain(exc) or errors.explain_bug(exc)
         _report(told.lines, told.exit_code)
         sys.exit(told.exit_code)
+    if _SIGTERM:  # typer ends a KeyboardInterrupt in its command with exit code 130
+        _report(["terminated (SIGTERM)"], 143)
+        sys.exit(143)
     sys.exit(code if isinstance(code, int) else 0)

@@ -33,20 +33,47 @@ def shown(dsn: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
+# Seconds to wait for a server to answer a connection (libpq's connect_timeout) unless the
+# DSN, the caller or PGCONNECT_TIMEOUT sets it: a host that accepts and never answers
+# would otherwise hold a command for minutes.
+CONNECT_TIMEOUT = 10
+
+
 def connect(dsn: str | None = None, *, autocommit: bool = False, vector: bool = True,
             **kwargs: object) -> psycopg.Connection:
     """Open a connection; with ``vector`` the pgvector type is registered when present.
     Its transactions are READ COMMITTED whatever the role's or database's default: the
-    donto functions that write refuse any other level (donto._lock)."""
-    try:
-        conn = psycopg.connect(resolve_dsn(dsn), autocommit=autocommit, **kwargs)
-    except psycopg.ProgrammingError as exc:  # libpq could not parse it: nothing was tried
-        from donto_pg.errors import InputError
+    donto functions that write refuse any other level (donto._lock). A server that cannot
+    be reached, or does not answer within ``CONNECT_TIMEOUT`` seconds, is a
+    :class:`~donto_pg.errors.DatabaseError`; a DSN that does not parse an InputError."""
+    from psycopg.conninfo import conninfo_to_dict
 
+    from donto_pg.errors import DatabaseError, InputError, from_database
+
+    target = resolve_dsn(dsn)
+    try:
+        params = conninfo_to_dict(target)
+        if not ({"connect_timeout", "service"} & (params.keys() | kwargs.keys())
+                or os.environ.get("PGCONNECT_TIMEOUT")):
+            kwargs["connect_timeout"] = CONNECT_TIMEOUT
+        conn = psycopg.connect(target, autocommit=autocommit, **kwargs)
+    except psycopg.ProgrammingError as exc:  # libpq could not parse it: nothing was tried
         raise InputError("the DSN is malformed", str(exc).strip(),
                          fix="give key=value pairs (host=... port=5432 dbname=... user=...) "
                              "or a URI (postgresql://user@host:5432/dbname, spaces and "
                              "symbols percent-encoded)") from exc
+    except psycopg.errors.ConnectionTimeout as exc:
+        waited = kwargs.get("connect_timeout") or params.get("connect_timeout") or \
+            os.environ.get("PGCONNECT_TIMEOUT")
+        raise DatabaseError("cannot connect to the database",
+                            (f"the server did not answer within {waited} s" if waited
+                             else "the server did not answer in time")
+                            + f" ({shown(target)})",
+                            fix="check the host and port; for a slow network give a longer "
+                                "connect_timeout (connect_timeout=60 in the DSN, or "
+                                "PGCONNECT_TIMEOUT=60)") from exc
+    except psycopg.OperationalError as exc:
+        raise from_database(exc) from exc
     conn.execute("set default_transaction_isolation = 'read committed'")
     if not autocommit:
         conn.commit()

@@ -43,6 +43,12 @@ class NothingFound(DontoError):
     """The input or the database has nothing that matches what was asked for."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a service manager's stop) in the CLI, raised where it runs so that
+    long work ends as on Ctrl-C: extract records its ``interrupted`` event, a load rolls
+    back its conversation."""
+
+
 class DatabaseError(DontoError):
     """The database refused or could not be reached (see :func:`explain`)."""
 
@@ -184,6 +190,8 @@ def explain(exc: BaseException) -> Explained | None:
         name = exc.filename or _first_line(str(exc))
         return Explained(_lines(InputError(f"{name}: permission denied",
                                            fix="run as a user who may read (or write) it")))
+    if isinstance(exc, Terminated):
+        return Explained(["terminated (SIGTERM)"], 143)
     if isinstance(exc, KeyboardInterrupt):
         return Explained(["interrupted"], 130)
     return None

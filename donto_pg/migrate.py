@@ -42,7 +42,10 @@ MIGRATIONS_DIR = resources.data_dir("migrations")
 EXTENSION_DIR = resources.data_dir("extension")
 HEAD = "000-head.sql"
 _NAME = re.compile(r"^(\d{3})-[a-z0-9-]+\.sql$")
-_LOCK_KEY = 2055
+# The migration lock: an advisory lock of the two-key form ('dont' in ASCII, 2055), whose
+# space is apart from the one-key (bigint) locks an application takes.
+_LOCK_KEY = (0x646F6E74, 2055)
+_LOCK_NAME = f"advisory lock ({_LOCK_KEY[0]}, {_LOCK_KEY[1]})"
 # The session setting that lets a transaction change the donto schema past the DDL guard
 # (sql/095-ddl-guard.sql); migrate and the extension scripts set it for themselves.
 ALLOW_DDL = "donto.allow_ddl"
@@ -323,9 +326,9 @@ _SESSIONS = ("select distinct a.pid, a.usename, a.application_name, a.state, a.x
 def _lock_holders(conn: psycopg.Connection) -> str:
     """Who holds the migration lock."""
     return _describe(conn.execute(_SESSIONS.format(
-        "l.locktype = 'advisory' and l.classid = 0 and l.objid = %s and l.objsubid = 1 "
+        "l.locktype = 'advisory' and l.classid = %s and l.objid = %s and l.objsubid = 2 "
         "and l.database = (select oid from pg_database where datname = current_database())"),
-        (_LOCK_KEY,)).fetchall())
+        _LOCK_KEY).fetchall())
 
 
 def _schema_lock_holders(conn: psycopg.Connection) -> str:
@@ -346,15 +349,15 @@ def _lock(conn: psycopg.Connection, wait: float, step: Callable[[str], None]) ->
     an error that says so."""
     ms = max(1, round(wait * 1000))
     conn.execute("select set_config('lock_timeout', %s, true)", (f"{ms}ms",))
-    if conn.execute("select pg_try_advisory_xact_lock(%s)", (_LOCK_KEY,)).fetchone()[0]:
+    if conn.execute("select pg_try_advisory_xact_lock(%s, %s)", _LOCK_KEY).fetchone()[0]:
         return
     step(f"waiting up to {wait:g} s for the migration lock, held by {_lock_holders(conn)}")
     try:
-        conn.execute("select pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute("select pg_advisory_xact_lock(%s, %s)", _LOCK_KEY)
     except psycopg.errors.LockNotAvailable as exc:
         conn.rollback()
         raise MigrationError(
-            f"the migration lock (advisory lock {_LOCK_KEY}) is still held after {wait:g} s, "
+            f"the migration lock ({_LOCK_NAME}) is still held after {wait:g} s, "
             f"by {_lock_holders(conn)}: another migrate, or a session holding that key. End it "
             "(select pg_terminate_backend(<pid>)) or wait for it, then run migrate again"
         ) from exc

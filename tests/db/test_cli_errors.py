@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psycopg
 import pytest
 import typer
 
-from donto_pg import cli
+from donto_pg import build, cli
 from tests.conftest import EXAMPLES, ROOT
 
 
@@ -60,6 +61,52 @@ def test_wrong_dsn():
     assert "DONTO_DSN" in lines[1]
 
 
+def test_a_server_that_never_answers_is_given_up_on(tmp_path):
+    """Found by review: a host that accepts the connection and never answers held the CLI
+    and the API for minutes (psycopg's own limit is 130 s). A listener that accepts and
+    stays silent for 60 s: donto-pg gives up after its 10 s default, the DSN's
+    connect_timeout wins over it, and the API raises a DontoError, not psycopg's."""
+    import socket
+    import threading
+    import time
+
+    from donto_pg import api
+    from donto_pg.errors import DatabaseError
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    closer = threading.Timer(60, lambda: [s.close() for s in held])  # old code: not a hang
+    closer.start()
+    try:
+        dsn = f"host=127.0.0.1 port={port} dbname=x user=x"
+        started = time.monotonic()
+        r = run("recall", "where?", "--dsn", dsn)
+        assert_short_error(r, "cannot connect to the database",
+                           "did not answer within 10 s", "connect_timeout")
+        assert time.monotonic() - started < 45
+        started = time.monotonic()
+        with pytest.raises(DatabaseError, match="did not answer within 3 s"):
+            api.connect(dsn + " connect_timeout=3")
+        assert time.monotonic() - started < 8
+    finally:
+        closer.cancel()
+        listener.close()
+        for s in held:
+            s.close()
+
+
 def test_a_malformed_dsn_says_so_and_how_one_is_written():
     """libpq cannot parse it: nothing was tried, so not "cannot connect" (and no
     traceback); the Python API raises the same InputError."""
@@ -89,6 +136,66 @@ def test_extension_install_refuses_a_server_that_reads_another_directory(db, tmp
     assert list((share / "extension").iterdir()) == []
     assert db.execute("select count(*) from pg_extension where extname = 'donto'"
                       ).fetchone() == (0,)
+
+
+def fake_pg_config(where: Path, sharedir: str) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    exe = where / "pg_config"
+    exe.write_text(f"#!/bin/sh\necho '{sharedir}'\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_extension_install_files_the_pg_config_it_should_and_says_what_it_replaced(tmp_path):
+    """Found by review: a pg_config on PATH won over DONTO_PG_BIN (the PostgreSQL the
+    embedded cluster runs), an empty or relative --sharedir was used as a directory, and
+    a file of this version with other content was replaced without a word."""
+    on_path = fake_pg_config(tmp_path / "path", str(tmp_path / "path-share"))
+    ours = tmp_path / "ours-share"
+    (ours / "extension").mkdir(parents=True)
+    fake_pg_config(tmp_path / "bin", str(ours))
+    env = {"PATH": f"{on_path.parent}:{os.environ['PATH']}",
+           "DONTO_PG_BIN": str(tmp_path / "bin")}
+    r = run("extension", "install", "--no-create", env=env)
+    assert r.returncode == 0 and str(ours / "extension" / "donto.control") in r.stdout, r.stderr
+    assert "warning" not in r.stderr
+    script = ours / "extension" / f"donto--{build.__version__}.sql"
+    script.write_text("-- an earlier build\n")
+    r = run("extension", "install", "--no-create", env=env)
+    assert r.returncode == 0 and f"warning: {script} had other content" in r.stderr, r.stderr
+    assert script.read_text() == (build.EXTENSION_DIR / script.name).read_text()
+    for printed in ("", "share/postgresql"):
+        bad = fake_pg_config(tmp_path / f"bad{len(printed)}", printed)
+        assert_short_error(run("extension", "install", "--no-create",
+                               env={"PG_CONFIG": str(bad)}),
+                           f"printed {printed!r}, not an absolute directory", "PG_CONFIG")
+
+
+def test_extension_install_says_what_the_database_had(db, empty_db):
+    """Found by review: `extension install` said "created" on a database whose extension
+    was already there at 0.2.0 (it still is: ALTER EXTENSION UPDATE upgrades it), and
+    gave a raw 55000 error on a database installed by migrate."""
+    sharedir = build.pg_sharedir() / "extension"
+    if not os.access(sharedir, os.W_OK):
+        pytest.skip(f"installing into {sharedir} needs root (CI runs as root)")
+    assert_short_error(run("extension", "install", "--dsn", dsn_of(db)),
+                       "installed by `donto-pg migrate`", "--no-create")
+    assert db.execute("select count(*) from pg_extension where extname = 'donto'"
+                      ).fetchone() == (0,)
+    build.install_extension()
+    with psycopg.connect(empty_db) as conn:
+        conn.execute("create extension donto version '0.2.0' cascade")
+    r = run("extension", "install", "--dsn", empty_db)
+    assert r.returncode == 0, r.stderr
+    assert "extension donto is at version 0.2.0 here: upgrade it with ALTER EXTENSION donto " \
+           "UPDATE" in r.stdout and "created" not in r.stdout
+    with psycopg.connect(empty_db) as conn:
+        assert conn.execute("select extversion from pg_extension where extname = 'donto'"
+                            ).fetchone() == ("0.2.0",)
+        conn.execute("alter extension donto update")
+    r = run("extension", "install", "--dsn", empty_db)
+    assert r.returncode == 0, r.stderr
+    assert f"extension donto {build.__version__} was already created here" in r.stdout
 
 
 def test_debug_shows_the_traceback():

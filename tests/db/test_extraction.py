@@ -641,6 +641,35 @@ def test_sigkill_mid_run_then_resume_loses_nothing_and_repeats_nothing(db, small
     assert n_blocks <= requests <= n_blocks + 1
 
 
+def test_sigterm_mid_run_is_recorded_as_interrupted(db, small, tmp_path):
+    """Found by review: `kill` (SIGTERM, what a service manager sends) ended `donto-pg
+    extract` with no event, so the run's history stopped at "started". Now it ends as
+    Ctrl-C does: the interrupted event, exit code 143, one line on standard error."""
+    n_blocks = len(blocks_of(db, small))
+    slow = {k: Reply(content=v, delay_s=0.4) for k, v in ANSWERS.items()}
+    info = db.info
+    with FakeLLM(slow, default="[]") as fake:
+        config = tmp_path / "providers.toml"
+        config.write_text(f'[[provider]]\nname = "fake0"\nbase_url = "{fake.base_url}"\n'
+                          'model = "fake-model"\n')
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "donto_pg", "extract", "--provider-config", str(config),
+             "--concurrency", "1", "--dsn",
+             f"host={info.host} port={info.port} user={info.user} dbname={info.dbname}"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(_responses(db)) < 2 and proc.poll() is None:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.strip().endswith("terminated (SIGTERM)"), err
+    assert "Traceback" not in err
+    assert 2 <= len(_responses(db)) < n_blocks
+    event, detail = db.execute("select event, detail from donto.extraction_run_event "
+                               "order by event_id desc limit 1").fetchone()
+    assert event == "interrupted" and "Terminated" in detail["reason"], detail
+
+
 def test_alarm_stops_a_hijacked_run_early_and_says_why(db, small):
     with FakeLLM(HIJACKED_TUTORIAL) as fake:
         report = extract.run_extraction(factory(db), revision_ids=[small],

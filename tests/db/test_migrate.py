@@ -285,6 +285,29 @@ def test_the_python_api_names_a_missing_or_older_schema(fresh_db):
         assert old.execute("select 1").fetchone() == (1,)
 
 
+def test_the_python_api_refuses_a_schema_of_a_later_donto_pg_before_using_it(db):
+    """Found by review: the CLI refused a database migrated by a later donto-pg, the API
+    wrote into it (its check ran only after a query failed)."""
+    from donto_pg import api
+    from donto_pg.errors import SchemaVersion
+
+    db.execute("insert into donto.migration (name, sha256) values ('099-future.sql', 'x')")
+    db.commit()
+    before = db.execute("select count(*) from donto.revision").fetchone()[0]
+    db.commit()
+    with pytest.raises(SchemaVersion, match="099-future.sql"):
+        api.add_conversation(db, [{"role": "user", "content": "I moved to Oslo."}],
+                             "chat:later/1", embed=False)
+    assert db.execute("select count(*) from donto.revision").fetchone()[0] == before
+    db.commit()
+    with pytest.raises(SchemaVersion):
+        api.recall(db, "where?", arms="lexical")
+    with db.transaction():  # inside the caller's transaction: a savepoint, still usable
+        with pytest.raises(SchemaVersion):
+            api.claims(db)
+        assert db.execute("select 1").fetchone() == (1,)
+
+
 def test_dry_run_plan_and_a_writable_public_schema(fresh_db):
     conn = fresh_db()
     names = [s.name for s in migrate.plan(conn)]
@@ -341,7 +364,20 @@ def test_an_up_to_date_migrate_locks_no_donto_table(db, logins, connect):
     owner.commit()
     db.commit()
     r2 = run_cli(db, "migrate", "--repair")
-    assert r2.returncode == 0 and "up to date" in r2.stdout, r2.stderr
+    assert r2.returncode == 0 and "no migration to apply; ran sql/ again" in r2.stdout, r2.stderr
+    assert "--repair" in r2.stdout
+    # it says what ran (it said "up to date" always), and counts the conversations to
+    # reproject on every run (it did only on a run that applied a migration)
+    from tests.db.test_security_definer import new_revision
+
+    rev = new_revision(db, "doc:old/1")  # loaded before recall keys and standing memory
+    db.execute("select donto.project_recall(%s, 60)", (rev,))
+    db.commit()
+    r3 = run_cli(db, "migrate", "--json")
+    assert r3.returncode == 0, r3.stderr
+    assert json.loads(r3.stdout) == {"applied": [], "sql_ran": False, "stale_revisions": 1}
+    r4 = run_cli(db, "migrate")
+    assert "up to date" in r4.stdout and "donto-pg reproject" in r4.stderr, r4.stderr
 
 
 def test_a_migrate_by_another_superuser_leaves_the_owner_s_privileges(db, connect):
