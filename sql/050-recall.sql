@@ -153,8 +153,10 @@ begin
         order by w.chunk_index;
         get diagnostics v_n = row_count;
         -- A changed conversation: recall answers from this revision, not from the ones
-        -- it does not extend (their chunks here are retracted as superseded).
+        -- it does not extend (their chunks here are retracted as superseded), and what
+        -- was retracted by hand there stays forgotten here.
         perform donto._retract_superseded(v_ctx, rev_id);
+        perform donto._carry_retractions(v_ctx, rev_id);
     end if;
     -- The recall keys of its user turns (sql/087; idempotent, new turns only).
     perform donto.project_turn_keys(rev_id);

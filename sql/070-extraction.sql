@@ -1176,6 +1176,13 @@ begin
     order by c.sid
     on conflict do nothing;
 
+    -- A conversation that grew or changed: forgotten claims stay forgotten, a re-cut
+    -- block's claims replace the run's claims of the block it was cut from (sql/085).
+    if v_arm is null and exists (select 1 from donto.revision as r
+                                 where r.document_id = v_doc
+                                       and r.revision_id <> v_b.revision_id) then
+        perform donto._reconcile_claims(v_resp);
+    end if;
     -- Standing claims that stayed current facts join standing memory (sql/086-standing.sql).
     perform donto._standing_from_claims(v_resp);
 

@@ -765,6 +765,87 @@ comment on function donto._extend_extraction(bigint, bigint) is
 'Projection B of an extending revision: the blocks before the last session copied from the '
 'revision it extends, the rest segmented again.';
 
+create or replace function donto._spans_in(
+    p_old bigint, p_new bigint, p_starts integer [], p_ends integer []
+)
+returns table (i integer, char_start integer, char_end integer)
+language plpython3u
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].append.spans_in(plpy, p_old, p_new, p_starts, p_ends)
+$py$;
+
+comment on function donto._spans_in(bigint, bigint, integer [], integer []) is
+'Where the text of each span (P_STARTS[i], P_ENDS[i]) of revision P_OLD stands in revision '
+'P_NEW, a changed text of the same conversation: rows (i from 1, start, end); none, one or '
+'several per span (donto_pg.core.spans).';
+
+create or replace function donto._forgotten_spans(p_context_id bigint, p_revision_id bigint)
+returns table (
+    statement_id bigint, subject text, predicate text, object_lit jsonb,
+    char_start integer, char_end integer, reason text, login_role text
+)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+What was retracted by hand (donto.retract) in context P_CONTEXT_ID from another revision
+than P_REVISION_ID, as spans of P_REVISION_ID: a revision of its lineage (a text it
+extends, or one that extends it) has its spans as they are (the same text there); a
+revision outside it (the conversation changed) has them where their text stands in
+P_REVISION_ID (donto._spans_in: before or after the edit, else where the text, or each
+of its longer lines, occurs: none, one or several places). A statement without a span
+comes as it is (matched by subject, predicate and object). Only what was asked by the
+login that registered P_REVISION_ID, or by the owner, counts: a writer who registered
+the start of a text first and retracted it cannot hide the owner's text of it. For
+donto._carry_retractions and donto._reconcile_claims.
+*/
+    with gone as materialized (
+        select
+            o.statement_id, o.subject, o.predicate, o.object_lit, o.derived_from_revision,
+            o.char_start, o.char_end, r.reason, r.login_role,
+            o.char_start is null or o.derived_from_revision in (
+                select l.rev from donto.revision_lineage(p_revision_id) as l (rev)
+            ) as same_place
+        from donto.retraction as r
+        inner join donto.statement as o on r.statement_id = o.statement_id
+        where r.by_hand and o.context_id = p_context_id
+              and o.derived_from_revision <> p_revision_id
+              and (donto._owners_login(r.login_role)
+                   or r.login_role = (select n.login_role from donto.revision as n
+                                      where n.revision_id = p_revision_id))
+    ),
+    moved as (
+        select
+            g.derived_from_revision as rev,
+            pg_catalog.array_agg(g.statement_id order by g.statement_id) as ids,
+            pg_catalog.array_agg(g.char_start order by g.statement_id) as starts,
+            pg_catalog.array_agg(g.char_end order by g.statement_id) as ends
+        from gone as g
+        where not g.same_place
+        group by g.derived_from_revision
+    )
+    select g.statement_id, g.subject, g.predicate, g.object_lit, g.char_start, g.char_end,
+           g.reason, g.login_role
+    from gone as g
+    where g.same_place
+    union all
+    select g.statement_id, g.subject, g.predicate, g.object_lit, m.char_start, m.char_end,
+           g.reason, g.login_role
+    from moved as x
+    cross join lateral donto._spans_in(x.rev, p_revision_id, x.starts, x.ends) as m
+    inner join gone as g on x.ids[m.i] = g.statement_id;
+$$;
+
+comment on function donto._forgotten_spans(bigint, bigint) is
+'What was retracted by hand in a context, from other revisions, as spans of this revision '
+'(where its text stands here when the conversation changed).';
+
 create or replace function donto._carry_retractions(p_context_id bigint, p_revision_id bigint)
 returns integer
 language sql
@@ -773,23 +854,21 @@ security invoker
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-A conversation grew: revision P_REVISION_ID (which extends others, donto.revision_lineage)
-was projected into context P_CONTEXT_ID, as new statements where its text changed (the
-re-cut last window, the standing statements of the longer text). Each of them that
-overlaps a statement of the same predicate retracted by hand (donto.retract) in a
-revision of its lineage is retracted too, "carried over from statement N: <reason>":
-what someone asked to forget stays forgotten, the new window that holds it included.
+A conversation grew, or changed: revision P_REVISION_ID was projected into context
+P_CONTEXT_ID, as new statements where its text is new (the re-cut last window, the
+standing statements of the longer text; every statement of a changed text). Each of them
+that overlaps, with the same predicate, what was retracted by hand (donto.retract) in
+another revision of the context (donto._forgotten_spans: the same place in a text it
+extends, where the text stands now in one that changed) is retracted too, "carried over
+from statement N: <reason>": what someone asked to forget stays forgotten, the new window
+that holds it included, and an edit elsewhere in the conversation does not bring it back.
 Returns the count. Called by donto.project_recall and donto.project_standing (as the
 owner).
 */
     with gone as (
-        select o.statement_id, o.predicate, o.char_start, o.char_end, r.reason, r.login_role
-        from donto.retraction as r
-        inner join donto.statement as o on r.statement_id = o.statement_id
-        where r.by_hand and o.context_id = p_context_id
-              and o.derived_from_revision <> p_revision_id
-              and o.derived_from_revision in (
-                  select l.rev from donto.revision_lineage(p_revision_id) as l (rev))
+        select f.statement_id, f.predicate, f.char_start, f.char_end, f.reason, f.login_role
+        from donto._forgotten_spans(p_context_id, p_revision_id) as f
+        where f.char_start is not null
     ),
     carried as (
         insert into donto.retraction (statement_id, reason, by_hand, login_role)
@@ -813,8 +892,105 @@ owner).
 $$;
 
 comment on function donto._carry_retractions(bigint, bigint) is
-'Retract the statements of a grown revision in a context that overlap a statement retracted '
-'by hand in a revision it extends (what was asked to be forgotten stays forgotten).';
+'Retract the statements of a grown or changed revision in a context that overlap what was '
+'retracted by hand in another revision of it (what was asked to be forgotten stays '
+'forgotten).';
+
+create or replace function donto._reconcile_claims(p_response_id bigint)
+returns integer
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The claims of response P_RESPONSE_ID were stored for a block of a revision of a
+conversation that has others (it grew: its last session was cut again; or it changed).
+Two things follow, in the block's claims context:
+- what was asked to be forgotten stays forgotten: each new claim whose evidence overlaps
+  what was retracted by hand (donto.retract) in another revision (donto._forgotten_spans:
+  where its text stands in this one; both unquoted: the same subject, predicate and
+  object) is retracted too, "carried over from statement N: <reason>", by hand, in the
+  name of whoever asked;
+- the run's claims of a block that was cut again are replaced: each claim of the same run
+  from a block of an earlier revision of the lineage that overlaps this block and was not
+  copied into this block's projection (the same span: then it stands for both) is
+  retracted, "superseded: block N was cut again as block M ...". So a grown conversation
+  holds each claim once, and the claims of the old last session stay until the run has
+  extracted the blocks that replace them.
+Returns how many were retracted. Called by donto.ingest_extraction (as the owner).
+*/
+    with b as (
+        select
+            nb.block_id, nb.revision_id, nb.projection_id, nb.char_start, nb.char_end,
+            x.run_id, p.context_id,
+            array(select l.rev from donto.revision_lineage(nb.revision_id) as l (rev)
+                  where l.rev < nb.revision_id) as earlier  -- the revisions it extends
+        from donto.extraction_response as x
+        inner join donto.extraction_block as nb on x.block_id = nb.block_id
+        inner join donto.projection as p on nb.projection_id = p.projection_id
+        where x.response_id = p_response_id
+    ),
+    fresh as materialized (  -- this response's claims that are current facts
+        select s.statement_id, s.subject, s.predicate, s.object_lit, s.char_start, s.char_end
+        from donto.x_claim as xc
+        inner join donto.statement as s on xc.statement_id = s.statement_id
+        where xc.response_id = p_response_id
+              and not exists (select 1 from donto.retraction as r
+                              where r.statement_id = s.statement_id)
+    ),
+    forgotten as materialized (
+        select f.*
+        from b
+        cross join lateral donto._forgotten_spans(b.context_id, b.revision_id) as f
+    ),
+    carried as (
+        insert into donto.retraction (statement_id, reason, by_hand, login_role)
+        select distinct on (n.statement_id)
+            n.statement_id,
+            pg_catalog.format('carried over from statement %s: %s', f.statement_id, f.reason),
+            true,
+            f.login_role
+        from fresh as n
+        inner join forgotten as f
+            on (n.char_start < f.char_end and f.char_start < n.char_end)
+               or (n.char_start is null and f.char_start is null
+                   and (n.subject, n.predicate, n.object_lit)
+                   = (f.subject, f.predicate, f.object_lit))
+        order by n.statement_id, f.statement_id
+        on conflict do nothing
+        returning 1
+    ),
+    replaced as (
+        insert into donto.retraction (statement_id, reason)
+        select
+            oc.statement_id,
+            pg_catalog.format('superseded: block %s was cut again as block %s (the '
+                              'conversation grew to revision %s) and extracted anew',
+                              ob.block_id, b.block_id, b.revision_id)
+        from b
+        inner join donto.extraction_block as ob
+            on ob.revision_id = any(b.earlier)
+               and ob.char_start < b.char_end and b.char_start < ob.char_end
+        inner join donto.x_claim as oc on ob.block_id = oc.block_id and oc.run_id = b.run_id
+        where not exists (select 1 from donto.extraction_block as kept
+                          where kept.projection_id = b.projection_id
+                                and (kept.char_start, kept.char_end)
+                                = (ob.char_start, ob.char_end))
+              and not exists (select 1 from donto.retraction as r
+                              where r.statement_id = oc.statement_id)
+        order by oc.statement_id
+        on conflict do nothing
+        returning 1
+    )
+    select ((select pg_catalog.count(*) from carried)
+            + (select pg_catalog.count(*) from replaced))::integer;
+$$;
+
+comment on function donto._reconcile_claims(bigint) is
+'After claims were stored for a block of a conversation that grew or changed: carry '
+'retractions by hand to the new claims that overlap them, and retract the run''s claims of '
+'the blocks that were cut again as this one; returns the count.';
 
 create or replace function donto._retract_superseded(p_context_id bigint, p_revision_id bigint)
 returns integer

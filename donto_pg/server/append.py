@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from donto_pg.core.spans import carried_spans
 from donto_pg.core.transcript import append_rows, repeated_turn_ids
 
 
@@ -24,3 +25,13 @@ def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
                     "after the turn before them (kept, as a load keeps repeated ids)")
     return [(text, json.dumps(rows, ensure_ascii=False))]
 
+
+
+def spans_in(plpy, old_rev: int, new_rev: int, starts: list[int], ends: list[int]
+             ) -> list[tuple]:
+    """Where the text of each span (STARTS[i], ENDS[i]) of revision OLD_REV stands in
+    revision NEW_REV, a changed text of the same conversation: rows (i, start, end), i
+    from 1 (:func:`donto_pg.core.spans.carried_spans`)."""
+    plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
+    old, new = (plpy.execute(plan, [rev])[0]["body"] for rev in (old_rev, new_rev))
+    return [(i + 1, s, e) for i, s, e in carried_spans(old, new, list(zip(starts, ends, strict=True)))]

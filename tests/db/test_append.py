@@ -771,3 +771,124 @@ def test_what_was_retracted_by_hand_stays_retracted_when_the_conversation_grows(
     assert not db.execute("select 1 from donto.standing(%s, as_of => %s) "
                           "where statement_text = %s", (ctx, before, rule)).fetchall()
     db.commit()
+
+
+def test_a_grown_last_session_is_extracted_again_without_its_forgotten_or_doubled_claims(db):
+    """Found by review: an append inside the last session cuts its block again, and the
+    run extracted it again; the claim retracted by hand ("forget where I live") came back
+    as a current claim, and every other claim of the block was current twice."""
+    from donto_pg import api, extract
+
+    iri = "chat:t/forget-claims"
+    rev1 = api.add_conversation(db, [
+        {"role": "user", "content": "I live in Oslo. My dog is named Rex.",
+         "timestamp": "2024-05-01"},
+        {"role": "assistant", "content": "Nice."}], iri, embed=False)
+    info = db.info
+
+    def run() -> extract.ExtractionReport:
+        return extract.run_extraction(
+            lambda: psycopg.connect(host=info.host, port=info.port, user=info.user,
+                                    dbname=info.dbname),
+            conversations=[iri], alarm_after=0, concurrency=1)
+
+    def current() -> list[tuple]:
+        rows = db.execute(
+            "select s.object_lit ->> 'v', s.char_start, s.derived_from_revision "
+            "from donto.x_claim as x join donto.statement_current as s using (statement_id) "
+            "order by 2, 1").fetchall()
+        db.commit()
+        return rows
+
+    assert run().ok
+    first = current()
+    assert {o for o, _, _ in first} == {"Oslo", "named Rex"}, first
+    oslo, = db.execute("select x.statement_id from donto.x_claim as x join "
+                       "donto.statement as s using (statement_id) "
+                       "where s.object_lit ->> 'v' = 'Oslo'").fetchone()
+    db.execute("select donto.retract(%s, 'forget where I live')", (oslo,))
+    db.commit()
+    rev2 = loader.append_turns(db, iri, [{"role": "user", "content": "Thanks."},
+                                         {"role": "assistant", "content": "Sure."}])
+    db.commit()
+    again = run()
+    assert again.ok and again.progress.done >= 1  # the re-cut block of the last session
+    now = current()
+    assert "Oslo" not in {o for o, _, _ in now}, now
+    assert [(o, c) for o, c, _ in now] == [(o, c) for o, c, _ in first if o != "Oslo"]
+    assert {r for _, _, r in now} == {rev2}  # the re-cut block's claims replace rev1's
+    reasons = dict(db.execute(
+        "select s.object_lit ->> 'v', r.reason from donto.retraction as r "
+        "join donto.statement as s using (statement_id) join donto.x_claim using "
+        "(statement_id) where s.derived_from_revision = %s", (rev2,)).fetchall())
+    assert reasons["Oslo"] == f"carried over from statement {oslo}: forget where I live"
+    superseded = db.execute(
+        "select count(*) from donto.retraction as r join donto.statement as s "
+        "using (statement_id) where s.derived_from_revision = %s and r.reason like "
+        "'superseded: block %% was cut again as block %%'", (rev1,)).fetchone()[0]
+    assert superseded == len(first) - 1
+    assert run().progress.total == 0 and current() == now  # idempotent
+
+
+def test_what_was_retracted_by_hand_stays_retracted_when_the_conversation_changes(db):
+    """Found by review: loading the conversation again with one character changed
+    elsewhere ("Okay." -> "Okay!") is a changed conversation, a new revision that
+    supersedes the old one; its chunks, standing statements and claims are new statements,
+    and what was retracted by hand came back current (the password hint at place 1 of
+    recall, the retracted instruction in standing memory, the claim after extract)."""
+    from donto_pg import api, extract
+
+    iri = "chat:t/forget-changed"
+    rule = "Always use imperial units when I ask about recipes."
+    secret = "My password hint is blue dog."
+
+    def chat(reply: str) -> list[dict]:
+        return [{"role": "user", "content": f"I live in Oslo. {secret}",
+                 "timestamp": "2024-05-01"},
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": rule},
+                {"role": "assistant", "content": "Okay."}]
+
+    info = db.info
+
+    def extract_all() -> extract.ExtractionReport:
+        return extract.run_extraction(
+            lambda: psycopg.connect(host=info.host, port=info.port, user=info.user,
+                                    dbname=info.dbname),
+            conversations=[iri], alarm_after=0, concurrency=1)
+
+    rev1 = api.add_conversation(db, chat("Okay."), iri, embed=False)
+    assert extract_all().ok
+    ctx = db.execute("select donto.recall_context_iri(%s)", (iri,)).fetchone()[0]
+    chunk, = db.execute("select c.statement_id from donto.revision_chunks(%s) c "
+                        "where c.chunk_text like %s", (rev1, f"%{secret}%")).fetchone()
+    instruction, = db.execute("select statement_id from donto.standing(%s) "
+                              "where statement_text = %s", (ctx, rule)).fetchone()
+    oslo, = db.execute("select statement_id from donto.x_claim join donto.statement "
+                       "using (statement_id) where object_lit ->> 'v' = 'Oslo'").fetchone()
+    for sid, why in ((chunk, "forget my password hint"), (instruction, "forget imperial"),
+                     (oslo, "forget where I live")):
+        db.execute("select donto.retract(%s, %s)", (sid, why))
+    db.commit()
+
+    rev2 = api.add_conversation(db, chat("Okay!"), iri, embed=False)  # an edit elsewhere
+    assert rev2 != rev1 and extract_all().ok
+    assert not any(secret in t for t, in db.execute(
+        "select c.chunk_text from donto.revision_chunks(%s) c "
+        "join donto.statement_current s using (statement_id)", (rev2,)).fetchall())
+    assert not db.execute("select 1 from donto.recall_by_vector(null, 'password hint', k => 5, "
+                          "context => %s, arms => 'lexical') where chunk_text like %s",
+                          (ctx, f"%{secret}%")).fetchall()
+    assert not db.execute("select 1 from donto.standing(%s) where statement_text = %s",
+                          (ctx, rule)).fetchall()
+    claims = db.execute("select s.object_lit ->> 'v' from donto.x_claim join "
+                        "donto.statement_current as s using (statement_id) "
+                        "where s.derived_from_revision = %s", (rev2,)).fetchall()
+    assert claims and ("Oslo",) not in claims
+    carried = sorted(r for r, in db.execute(
+        "select r.reason from donto.retraction r join donto.statement s using (statement_id) "
+        "where s.derived_from_revision = %s and r.by_hand", (rev2,)).fetchall())
+    assert carried == sorted([f"carried over from statement {chunk}: forget my password hint",
+                              f"carried over from statement {instruction}: forget imperial",
+                              f"carried over from statement {oslo}: forget where I live"])
+    db.commit()
