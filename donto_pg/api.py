@@ -41,7 +41,6 @@ import datetime
 import functools
 import json
 import operator
-import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ import psycopg
 
 from donto_pg import beam, loader
 from donto_pg import db as dbmod
+from donto_pg.core import transcript
 from donto_pg.errors import DontoError, InputError, NothingFound, from_database
 
 __all__ = [
@@ -59,7 +59,6 @@ __all__ = [
     "read_chat_file", "recall", "recall_payload",
 ]
 
-_ROLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # fullmatch
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -500,7 +499,7 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
                              "object",
                              fix='give {"role": ..., "content": ...}')
         role = m.get("role")
-        if not isinstance(role, str) or not _ROLE.fullmatch(role):
+        if not isinstance(role, str) or not transcript.ROLE.fullmatch(role):
             raise InputError(f"{where}: role {role!r} is not a name",
                              fix="use user, assistant, system, tool (letters, digits, _ -)")
         if m.get("session") is not None:
@@ -606,22 +605,12 @@ def _content(value: Any, where: str) -> str:
 
 
 def _date(value: Any, where: str) -> datetime.date | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime.datetime):
-        return value.date()
-    if isinstance(value, datetime.date):
-        return value
-    fix = "use ISO 8601 (2024-03-02 or 2024-03-02T10:00:00Z) or Unix seconds"
     try:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return datetime.datetime.fromtimestamp(value, datetime.UTC).date()
-        if isinstance(value, str):
-            return datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).date()
+        return transcript.message_date(value)
     except (OverflowError, ValueError, OSError) as exc:  # NaN, out of range, not ISO
         raise InputError(f"{where}: timestamp {value!r} is not a date", str(exc),
-                         fix=fix) from exc
-    raise InputError(f"{where}: timestamp {value!r} is not a date", fix=fix)
+                         fix="use ISO 8601 (2024-03-02 or 2024-03-02T10:00:00Z) or Unix "
+                             "seconds") from exc
 
 
 def _embed(conn: psycopg.Connection, document_iri: str, model: str | None) -> int:

@@ -59,7 +59,8 @@ revoke execute on function donto._extend_projections(bigint, bigint) from donto_
 revoke execute on function donto._extend_recall(bigint, bigint) from donto_writer;
 revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;
 revoke execute on function donto._standing_from_claims(bigint) from donto_writer;
-revoke execute on function donto._spans_in(bigint, bigint, integer [], integer []) from donto_writer;
+revoke execute on function donto._spans_in(bigint, bigint, integer[], integer[])
+from donto_writer;
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
 revoke execute on function donto._lock(text, bigint) from donto_writer;
 revoke execute on function donto._lock_document(bigint) from donto_writer;

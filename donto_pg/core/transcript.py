@@ -27,13 +27,15 @@ def session_header(session: object, day: datetime.date | str | None) -> str:
 
 # Text in a message that reads as the renderer's own turn header (``[user #3] ``) or
 # session header (``=== session ``), anywhere in it (a recall window may start in the
-# middle of a line), possibly behind backslashes: it gets one backslash more in front, so
-# that no message can pose as two (``hi\n\n[assistant #1] I am the assistant`` is one
-# user turn, and reads as one), and the escaping stays reversible (one backslash less
-# gives the message back). No BEAM conversation has such text.
-_POSES_AS_HEADER = re.compile(r"(?<!\\)(?=\\*(?:\[[^\]\n]+ #-?\d+\] |=== session ))")
+# middle of a line), possibly behind backslashes, and with any white space where the
+# renderer puts a space (a tab or a no-break space reads the same): it gets one backslash
+# more in front, so that no message can pose as two (``hi\n\n[assistant #1] I am the
+# assistant`` is one user turn, and reads as one), and the escaping stays reversible (one
+# backslash less gives the message back). No BEAM conversation has such text.
+HEADER_TEXT = r"(?:\[[^\]\n]+ #-?\d+\]|===\s+session)(?=\s|\Z)"
+_POSES_AS_HEADER = re.compile(rf"(?<!\\)(?=\\*{HEADER_TEXT})")
 # The same text, escaped: a recall window never starts inside its backslashes.
-HEADER_LIKE = re.compile(r"\\+(?:\[[^\]\n]+ #-?\d+\] |=== session )")
+HEADER_LIKE = re.compile(rf"\\+{HEADER_TEXT}")
 
 
 def escape_content(text: str) -> str:
@@ -90,6 +92,27 @@ def clean_content(text: str) -> str:
         s = s[: len(s) - len(tail) + m.start()].rstrip()
 
 
+#: A role as the renderer writes it in a header (fullmatch): a word, not "user #0".
+ROLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+def message_date(value: object) -> datetime.date | None:
+    """The date of a message's timestamp: None; a date or datetime; an ISO 8601 date or
+    date-time text (the date it names, in its own zone); Unix seconds (in UTC). A
+    ValueError (or OverflowError, OSError: out of range) otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.datetime.fromtimestamp(value, datetime.UTC).date()
+    if isinstance(value, str):
+        return datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00")).date()
+    raise ValueError(f"a timestamp is a text or a number, not {type(value).__name__}")
+
+
 def append_rows(messages: list[Mapping[str, Any]], start: int,
                 prev: Mapping[str, Any] | None) -> tuple[str, list[dict[str, Any]]]:
     """Render MESSAGES appended to a body of START characters whose last turn is PREV
@@ -118,8 +141,9 @@ def append_rows(messages: list[Mapping[str, Any]], start: int,
         if not isinstance(m, Mapping):
             raise ValueError(f"turn {i}: a message is a JSON object, not {type(m).__name__}")
         role, content = m.get("role"), m.get("content")
-        if not isinstance(role, str) or not role.strip() or "]" in role or "\n" in role:
-            raise ValueError(f"turn {i}: role must be a non-empty one-line word")
+        if not isinstance(role, str) or not ROLE.fullmatch(role):
+            raise ValueError(f"turn {i}: role {role!r} is not a name (a letter, then letters, "
+                             "digits, _ or -)")
         if not isinstance(content, str):
             raise ValueError(f"turn {i}: content must be a string")
         turn_id = _whole(m.get("turn_id", turn_id + 1), f"turn {i}: turn_id")
@@ -131,11 +155,11 @@ def append_rows(messages: list[Mapping[str, Any]], start: int,
         exchange = _whole(m.get("exchange", exchange + 1 if role == "user" or exchange < 0
                                 else exchange), f"turn {i}: exchange")
         date = m.get("date")
-        if date is not None:
-            try:
-                date = datetime.date.fromisoformat(str(date)).isoformat()
-            except ValueError as exc:
-                raise ValueError(f"turn {i}: date {date!r} is not an ISO date") from exc
+        try:
+            date = None if date is None else message_date(date).isoformat()
+        except (ValueError, OverflowError, OSError) as exc:
+            raise ValueError(f"turn {i}: date {date!r} is not a date (ISO 8601, such as "
+                             "2024-03-02 or 2024-03-02T10:00:00Z, or Unix seconds)") from exc
         full.append({"seq": seq + i, "turn_id": turn_id, "role": role, "session": session,
                      "exchange": exchange, "date": date, "content": clean_content(content)})
     # Undated messages: the latest date before them in their session, else its first
@@ -165,6 +189,20 @@ def repeated_turn_ids(rows: list[dict[str, Any]], prev: Mapping[str, Any] | None
         if before is not None and r["turn_id"] <= before:
             out.append(r["turn_id"])
         before = r["turn_id"]
+    return out
+
+
+def dates_going_back(rows: list[dict[str, Any]], prev: Mapping[str, Any] | None
+                     ) -> list[int]:
+    """The turn ids of appended ROWS dated before a turn before them in their session
+    (PREV, the body's last turn, first)."""
+    latest = {prev["session"]: str(prev["date"])} if prev and prev.get("date") else {}
+    out = []
+    for r in rows:
+        if r["date"] is not None:
+            if r["date"] < latest.get(r["session"], r["date"]):
+                out.append(r["turn_id"])
+            latest[r["session"]] = max(r["date"], latest.get(r["session"], r["date"]))
     return out
 
 

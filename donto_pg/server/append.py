@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from donto_pg.core.spans import carried_spans
-from donto_pg.core.transcript import append_rows, repeated_turn_ids
+from donto_pg.core.transcript import append_rows, dates_going_back, repeated_turn_ids
 
 
 def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
@@ -23,6 +23,11 @@ def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
     if back:
         plpy.notice(f"donto.append_turns: turn id(s) {', '.join(map(str, back))} do not come "
                     "after the turn before them (kept, as a load keeps repeated ids)")
+    back = dates_going_back(rows, last)
+    if back:
+        plpy.notice(f"donto.append_turns: turn(s) {', '.join(map(str, back))} are dated before "
+                    "a turn before them in their session (kept, as a load keeps them; what "
+                    "they say supersedes by the order of the conversation, not by date)")
     return [(text, json.dumps(rows, ensure_ascii=False))]
 
 
@@ -34,4 +39,5 @@ def spans_in(plpy, old_rev: int, new_rev: int, starts: list[int], ends: list[int
     from 1 (:func:`donto_pg.core.spans.carried_spans`)."""
     plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
     old, new = (plpy.execute(plan, [rev])[0]["body"] for rev in (old_rev, new_rev))
-    return [(i + 1, s, e) for i, s, e in carried_spans(old, new, list(zip(starts, ends, strict=True)))]
+    spans = list(zip(starts, ends, strict=True))
+    return [(i + 1, s, e) for i, s, e in carried_spans(old, new, spans)]

@@ -744,17 +744,18 @@ def check_spans(messages: list[Message], body: str, spans: list[Any]) -> None:
         assert len(body) == spans[-1].char_end + 1
     # read back: the text that reads as a header (not behind a backslash, anywhere) is the
     # renderer's own, no message's
-    turn_headers = [x.start() for x in re.finditer(r"(?<!\\)(?=\[[^\]\n]+ #-?\d+\] )", body)]
+    turn_headers = [x.start() for x in re.finditer(r"(?<!\\)(?=\[[^\]\n]+ #-?\d+\](?:\s|\Z))",
+                                                  body)]
     assert turn_headers == [s.header_start for s in spans]
     opened = sum(1 for i, m in enumerate(messages)
                  if i == 0 or m.session != messages[i - 1].session)
-    assert len(re.findall(r"(?<!\\)=== session ", body)) == opened
+    assert len(re.findall(r"(?<!\\)===\s+session\s", body)) == opened
     # and the escaping is reversible: one backslash less gives the message back
     for m, s in zip(messages, spans, strict=True):
         assert UNESCAPE.sub("", body[s.char_start : s.char_end]) == m.content
 
 
-UNESCAPE = re.compile(r"(?<!\\)\\(?=\\*(?:\[[^\]\n]+ #-?\d+\] |=== session ))")
+UNESCAPE = re.compile(r"(?<!\\)\\(?=\\*(?:\[[^\]\n]+ #-?\d+\](?:\s|\Z)|===\s+session(?:\s|\Z)))")
 
 
 def test_format_chat_exact_text() -> None:
@@ -813,6 +814,10 @@ TRICKY = [
     "#",
     "\t",
     "   ",
+    "[user #61]\u00a0",
+    "[assistant #4]\t",
+    "===\tsession ",
+    "=== \u3000session\u00a0",
 ]
 content_raw = st.lists(st.one_of(st.sampled_from(TRICKY), st.text(max_size=12)), max_size=8).map(
     "".join
