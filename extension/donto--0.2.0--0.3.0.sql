@@ -8326,11 +8326,11 @@ set search_path to pg_catalog, pg_temp
 as $$
 /* The version of the rule-based detector: donto_pg.core.standing.RULES_VERSION, which
    donto._standing_detect runs (tests/db/test_standing.py checks that they agree). */
-    select 'rules-v4'::text;
+    select 'rules-v5'::text;
 $$;
 
 comment on function donto.standing_rules() is
-'The version of the rule-based detector (donto_pg.core.standing.RULES_VERSION, rules-v4): the '
+'The version of the rule-based detector (donto_pg.core.standing.RULES_VERSION, rules-v5): the '
 'strategy of the standing projections donto.project_standing makes now.';
 
 create or replace function donto.standing_context_iri(p_document_iri text)
@@ -8397,7 +8397,7 @@ as $$
 /*
 Project revision REV_ID into standing statements: every sentence of a user
 turn that the rule-based detector (donto_pg.core.standing, strategy
-donto.standing_rules(), e.g. rules-v4) reads as an instruction, a preference or a constraint becomes a statement
+donto.standing_rules(), e.g. rules-v5) reads as an instruction, a preference or a constraint becomes a statement
 (predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
 key}, char span of the sentence in the revision, so that substring(body from
 char_start + 1 for char_end - char_start) is its exact text) with a
