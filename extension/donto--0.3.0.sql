@@ -5617,7 +5617,7 @@ begin
         run_name,
         case when v_baseline
             then 'baseline: rule-based extractor '
-                 || coalesce(v_providers -> 0 ->> 'model', 'donto-baseline-v1') || ' (no LLM)'
+                 || coalesce(v_providers -> 0 ->> 'model', 'donto-baseline-v2') || ' (no LLM)'
             else (select pg_catalog.string_agg(
                              (e.p ->> 'name') || coalesce(' ' || (e.p ->> 'model'), ''), ', '
                              order by e.i)
@@ -9036,11 +9036,11 @@ set search_path to pg_catalog, pg_temp
 as $$
 /* The version of the rule-based detector: donto_pg.core.standing.RULES_VERSION, which
    donto._standing_detect runs (tests/db/test_standing.py checks that they agree). */
-    select 'rules-v4'::text;
+    select 'rules-v5'::text;
 $$;
 
 comment on function donto.standing_rules() is
-'The version of the rule-based detector (donto_pg.core.standing.RULES_VERSION, rules-v4): the '
+'The version of the rule-based detector (donto_pg.core.standing.RULES_VERSION, rules-v5): the '
 'strategy of the standing projections donto.project_standing makes now.';
 
 create or replace function donto.standing_context_iri(p_document_iri text)
@@ -9107,7 +9107,7 @@ as $$
 /*
 Project revision REV_ID into standing statements: every sentence of a user
 turn that the rule-based detector (donto_pg.core.standing, strategy
-donto.standing_rules(), e.g. rules-v4) reads as an instruction, a preference or a constraint becomes a statement
+donto.standing_rules(), e.g. rules-v5) reads as an instruction, a preference or a constraint becomes a statement
 (predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
 key}, char span of the sentence in the revision, so that substring(body from
 char_start + 1 for char_end - char_start) is its exact text) with a
@@ -9251,6 +9251,22 @@ comment on function donto._standing_condition(text) is
 'about X" (donto_pg.core.standing.condition), else null. Recall''s standing slots match a '
 'question against it as well as against the whole statement.';
 
+create or replace function donto._standing_not_the_users(
+    p_turn text, p_start integer, p_end integer
+)
+returns boolean
+language plpython3u
+immutable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].standing.not_the_users(plpy, p_turn, p_start, p_end)
+$py$;
+
+comment on function donto._standing_not_the_users(text, integer, integer) is
+'Whether any of [start, end) of a user turn''s text is in words that are not the user''s own '
+'(quoted, pasted, role-labelled, reported: donto_pg.core.voice, the rule detector''s filter).';
+
 create or replace function donto._standing_from_claims(p_response_id bigint)
 returns integer
 language plpgsql
@@ -9274,6 +9290,10 @@ claim's statement id}, the anchored char span, valid time from its turn's date
 detector 'llm-v1' under the projection (revision, 'standing', 'llm-v1',
 {run_id}) in the document's standing context. Claims that are not anchored
 never become standing statements, nor do an A/B arm's (its blocks are measurements).
+A standing claim anchored in no user turn (the assistant's words) or only in
+words of a user turn that are not the user's own (donto._standing_not_the_users:
+what the rule detector leaves out since rules-v5) is retracted instead
+('donto._standing_from_claims: a standing claim is the user''s: ...').
 Returns how many were added; a claim already projected is skipped.
 */
 declare
@@ -9313,6 +9333,44 @@ begin
     v_ctx := donto._claim_context(donto.standing_context_iri(v_iri), 'standing', v_doc,
                                   'donto._standing_from_claims');
     perform donto._lock('standing-claims', v_rev);
+    -- A standing claim is the user's: one whose quote lies in no user turn (the assistant's
+    -- words) or only in words of a user turn that are not the user's own (a quoted,
+    -- pasted or role-labelled line, someone else's reported words) stays on the record,
+    -- retracted by the database (by_hand false), never a current claim.
+    insert into donto.retraction (statement_id, reason)
+    select a.statement_id,
+           'donto._standing_from_claims: a standing claim is the user''s: its quote is '
+           || case when pg_catalog.bool_or(a.in_user_turn)
+                   then 'not the user''s own words (quoted, pasted or reported in a user turn)'
+                   else 'not in a user turn' end
+    from (
+        select xc.statement_id, t.seq is not null as in_user_turn,
+               t.seq is not null and not donto._standing_not_the_users(
+                   pg_catalog.substr(rv.body, t.char_start + 1, t.char_end - t.char_start),
+                   el.char_start - t.char_start, el.char_end - t.char_start) as users
+        from donto.x_claim as xc
+        inner join donto.statement as cs on xc.statement_id = cs.statement_id
+        inner join donto.evidence_link as el on xc.statement_id = el.statement_id
+        inner join donto.revision as rv on el.revision_id = rv.revision_id
+        left join lateral (
+            select t0.seq, t0.char_start, t0.char_end
+            from donto.turn as t0
+            where t0.revision_id = el.revision_id and t0.role = 'user'
+                  and t0.char_start <= el.char_start and el.char_end <= t0.char_end
+            order by t0.seq
+            limit 1
+        ) as t on true
+        where xc.response_id = p_response_id
+              and cs.predicate in ('mem:standing/instruction', 'mem:standing/preference',
+                                   'mem:standing/constraint')
+              and el.revision_id = v_rev
+              and not exists (select 1 from donto.retraction as rt
+                              where rt.statement_id = xc.statement_id)
+    ) as a
+    group by a.statement_id
+    having not pg_catalog.bool_or(a.users)
+    order by a.statement_id
+    on conflict do nothing;
     select p.projection_id into v_proj from donto.projection as p
     where p.revision_id = v_rev and p.kind = 'standing' and p.strategy = 'llm-v1'
           and p.params = pg_catalog.jsonb_build_object('run_id', v_run) and p.context_id = v_ctx;
@@ -9402,7 +9460,8 @@ $$;
 
 comment on function donto._standing_from_claims(bigint) is
 'Standing statements (detector llm-v1) from the anchored, current standing claims of one '
-'extraction response, anchored in a user turn; unanchored claims never become one.';
+'extraction response, anchored in the user''s own words of a user turn; unanchored claims '
+'never become one, and one anchored elsewhere is retracted.';
 
 create or replace function donto.embed_standing(rev_id bigint default null, model text default null)
 returns integer

@@ -1,4 +1,4 @@
-"""A deterministic, rule-based offline extractor (``donto-baseline-v1``).
+"""A deterministic, rule-based offline extractor (``donto-baseline-v2``).
 
 It takes the SAME rendered prompt a model gets (see :mod:`donto_pg.core.render`),
 parses the JSON-lines SOURCE section back out of it (the CONTEXT section is
@@ -15,7 +15,10 @@ Rules:
   short third-person verb phrase ("moved to", "is using", "has been
   learning", "prefers", "first sprint ends on"), object the rest of the
   clause, quote the clause copied verbatim from the text, ``hypothesis``
-  false. Questions and requests state nothing and are skipped. Assistant
+  false. Questions and requests state nothing and are skipped, and so do words
+  of a user turn that are not the user's own (a quoted line of a pasted mail, a
+  role-labelled line, someone else's reported words: :mod:`donto_pg.core.voice`,
+  shared with the standing detector). Assistant
   first-person sentences ("I'd recommend...", "I'm sorry") are boilerplate
   rather than memory, so assistant prose yields no facts.
 * **Code** (fenced blocks, or definition lines in any utterance) -- type-facts
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from donto_pg.core.render import BEGIN_SOURCE, END_SOURCE
+from donto_pg.core.voice import others_words, starts_in
 
 __all__ = [
     "BASELINE_MODEL",
@@ -49,7 +53,11 @@ __all__ = [
     "parse_source",
 ]
 
-BASELINE_MODEL = "donto-baseline-v1"
+#: The extractor's version, the model name its runs and claims record. A change of what it
+#: extracts is a new version, so a run (keyed by its models) never mixes claims of two:
+#: v2 skips words of a user turn that are not the user's own (quoted, role-labelled,
+#: reported), which v1 took for facts about the user.
+BASELINE_MODEL = "donto-baseline-v2"
 
 
 @dataclass(frozen=True)
@@ -707,9 +715,13 @@ _CODE_LINE = re.compile(r"^(?:\s{4,}|\t)|[{};]\s*$|^\s*(?://|#!|<\w|\$ |>>>)")
 def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
     """First-person stated facts from the prose (not the code) of one user utterance.
 
-    Every quote is an exact substring of ``text``.
+    Every quote is an exact substring of ``text``. Words of the utterance that are not
+    the user's own (:func:`donto_pg.core.voice.others_words`: a quoted or indented line
+    of a pasted mail, a role-labelled line, reported or attributed speech, "the narrator
+    says: ...") state nothing about the user: a clause that starts in them is skipped.
     """
     facts: list[dict[str, Any]] = []
+    others = others_words(text)
     offset = 0
     fence: str | None = None
     for line in text.split("\n"):
@@ -726,6 +738,8 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
         if _CODE_LINE.search(line) or _match_def(line, 0, None) or _imports(line):
             continue
         for s, e in _clauses(text, line_start, line_end):
+            if starts_in(others, s):
+                continue
             fact = _clause_fact(text, s, e)
             if fact is not None:
                 fact["turn"] = turn

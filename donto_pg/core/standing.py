@@ -24,12 +24,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from donto_pg.core.fences import fence_spans
+from donto_pg.core.voice import others_words, overlaps
 
 __all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "condition", "detect",
            "sentences", "subject_key"]
 
-RULES_VERSION = "rules-v4"
+RULES_VERSION = "rules-v5"
 KINDS = ("instruction", "preference", "constraint")
 #: Sentences longer than this are not standing statements (a long sentence is a story).
 MAX_CHARS = 400
@@ -68,13 +68,6 @@ _CONSTRAINT = re.compile(
     r"|travel|work on|exceed)"
     r"|my (?:budget|limit|deadline) is|i only have|no more than|not more than|at most)\b", re.I)
 _QUESTION = re.compile(r"\?\s*$")
-_QUOTED = re.compile(r"[ \t]*>")
-# Someone else's words reported, with what they said after it ("told me that ...",
-# "says to ..."): not "Always do what my doctor says", the user's own rule about them.
-_REPORTED = re.compile(
-    r"\b(?:my \w+|his \w+|her \w+|their \w+|he|she|they|someone|somebody|people|"
-    r"the \w+(?: \w+){0,2})\s+(?:told me|tells me|(?:said|says|wrote|writes)"
-    r"(?:\s+(?:that|to)\b|\s*[:,]))", re.I)
 # A tag that asks for assent, not for an answer: "Always ..., okay?" is an instruction.
 # (Not "right?" or "yeah?": those ask to confirm a fact.)
 _TAG = re.compile(r",\s*(?:ok(?:ay)?|alright|all right|got it|understood|deal|sound good|"
@@ -210,25 +203,19 @@ def _said_in_passing(sentence: str) -> tuple[int, int] | None:
     return m.start(), m.start() + len(clause)
 
 
-def _not_the_users(text: str, start: int, sent: str, fenced: list[tuple[int, int]]) -> bool:
-    """(rules-v4) Words in the turn that are not the user's own rule: inside a code fence,
-    on a quoted line ("> ..." of a pasted mail), or reported from someone else ("My
-    friend told me that from now on ...", "the article I read says to ...")."""
-    line = text.rfind("\n", 0, start) + 1
-    return (any(fs <= start < fe for fs, fe in fenced) or bool(_QUOTED.match(text, line))
-            or bool(_REPORTED.search(sent)))
-
-
 def detect(text: str) -> list[Standing]:
     """The standing statements of one user turn's TEXT, in order of appearance: sentences
     that read as an instruction, a preference or a constraint, and (from rules-v3) the
     clause of a preference said in passing in a longer sentence or a question; (from
-    rules-v4) none in a code fence, a quoted line or someone else's reported words."""
+    rules-v4) none in a code fence, a quoted line or someone else's reported words; (from
+    rules-v5) none in any words of the turn that are not the user's own
+    (:func:`donto_pg.core.voice.others_words`: also an indented or ``<quote>`` block, a
+    role-labelled line, a quote attributed to someone, a named speaker's reported words)."""
     out = []
-    fenced = list(fence_spans(text, 0, len(text)))
+    others = others_words(text)
     for start, end in sentences(text):
         sent = text[start:end]
-        if _not_the_users(text, start, sent, fenced):
+        if overlaps(others, start, end):
             continue
         kind = _kind(sent) if _MIN_CHARS <= len(sent) <= MAX_CHARS else None
         if kind is not None:

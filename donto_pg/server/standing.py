@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from donto_pg.core.standing import RULES_VERSION, condition, detect, subject_key
+from donto_pg.core.voice import in_others_words
 from donto_pg.server.revision import revision_body, turn_rows
 
 
@@ -46,3 +47,10 @@ def statement_condition(plpy, text: str | None) -> str | None:
     """Body of ``donto._standing_condition``: the questions a standing statement applies to
     ("when I ask about X": X), or None (:func:`donto_pg.core.standing.condition`)."""
     return condition(text or "")
+
+
+def not_the_users(plpy, turn: str | None, start: int, end: int) -> bool:
+    """Body of ``donto._standing_not_the_users``: is any of ``turn[start:end]`` (an LLM
+    standing claim's quote in a user turn) in words of the turn that are not the user's
+    own (:func:`donto_pg.core.voice.in_others_words`, the rule detector's filter)?"""
+    return in_others_words(turn or "", start, end)
