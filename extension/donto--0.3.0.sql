@@ -8704,7 +8704,7 @@ comment on function donto._extend_extraction(bigint, bigint) is
 'revision it extends, the rest segmented again.';
 
 create or replace function donto._spans_in(
-    p_old bigint, p_new bigint, p_starts integer [], p_ends integer []
+    p_old bigint, p_new bigint, p_starts integer[], p_ends integer[]
 )
 returns table (i integer, char_start integer, char_end integer)
 language plpython3u
@@ -8716,7 +8716,7 @@ if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
 return GD['donto_pg'].append.spans_in(plpy, p_old, p_new, p_starts, p_ends)
 $py$;
 
-comment on function donto._spans_in(bigint, bigint, integer [], integer []) is
+comment on function donto._spans_in(bigint, bigint, integer[], integer[]) is
 'Where the text of each span (P_STARTS[i], P_ENDS[i]) of revision P_OLD stands in revision '
 'P_NEW, a changed text of the same conversation: rows (i from 1, start, end); none, one or '
 'several per span (donto_pg.core.spans).';
@@ -10551,7 +10551,8 @@ revoke execute on function donto._extend_projections(bigint, bigint) from donto_
 revoke execute on function donto._extend_recall(bigint, bigint) from donto_writer;
 revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;
 revoke execute on function donto._standing_from_claims(bigint) from donto_writer;
-revoke execute on function donto._spans_in(bigint, bigint, integer [], integer []) from donto_writer;
+revoke execute on function donto._spans_in(bigint, bigint, integer[], integer[])
+from donto_writer;
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
 revoke execute on function donto._lock(text, bigint) from donto_writer;
 revoke execute on function donto._lock_document(bigint) from donto_writer;
