@@ -32,6 +32,7 @@ Pure Python, deterministic.
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from donto_pg.core.fences import fence_spans
@@ -60,6 +61,7 @@ _SPEAKER = (r"(?:\b(?:my|his|her|their|our|your|a|an|this|that|the)(?: \w+){0,2}
 _SAID = (r"(?:said|says|say|wrote|writes|write|told|tells|tell|replied|replies|answered"
          r"|answers|posted|texted|messaged|tweeted|insisted|insists|explained|claimed|claims"
          r"|added|asked|asks|put it)")
+_SAID_WORD = re.compile(r"\b" + _SAID + r"\b", re.I)  # found once, before _SAID_BEFORE
 # Reported speech, with what was said after it: "told me (that/to) ...", "said that/to
 # ...", "wrote: ...", "says, ...", "said "..."", "replied: ...".
 _REPORTED = re.compile(
@@ -80,54 +82,81 @@ _SAID_AFTER = re.compile(
 _REPORT_END = re.compile(r"(?<=[.!?])\s+|\n|[,;]\s*(?=(?:but|and|so|yet)\s+i\b)", re.I)
 
 
+# How far before and after a quote its attribution is looked for: "what my assistant
+# said: " is near it. (Bounded, so that a line of thousands of quotes costs linear time.)
+_NEAR = 200
+
+
 def _line_start(text: str, pos: int) -> int:
-    return text.rfind("\n", 0, pos) + 1
+    """Where the line of POS starts, looking back at most _NEAR characters."""
+    floor = max(0, pos - _NEAR)
+    return text.rfind("\n", floor, pos) + 1 or floor
 
 
-def _attributed(text: str, start: int, end: int) -> bool:
-    """Is the quote text[start:end] attributed to someone other than the user?"""
+def _attributed(text: str, start: int, end: int, said_at: list[int]) -> bool:
+    """Is the quote text[start:end] attributed to someone other than the user? (SAID_AT:
+    where TEXT has a verb of saying, sorted.)"""
+    if not said_at:
+        return False
     line = _line_start(text, start)
     before = text[line:start]
-    if not before.strip() and line > 0:
-        before = text[_line_start(text, line - 1):line - 1]  # the line before, ending ":"
-        if not before.rstrip().endswith(":"):
+    if not before.strip() and line > 0 and text[line - 1] == "\n":
+        before = text[_line_start(text, line - 1):line - 1]
+        if not before.rstrip().endswith(":"):  # the line before, ending ":"
             before = ""
-    if before.strip() and _SAID_BEFORE.search(before):
+    said_before = _first_after(said_at, start - 2 * _NEAR - 1, start) < start
+    if said_before and before.strip() and _SAID_BEFORE.search(before):
         return True
-    stop = text.find("\n", end)
-    return bool(_SAID_AFTER.match(text[end:stop if stop >= 0 else len(text)]))
+    return bool(_SAID_AFTER.match(text[end:end + _NEAR].split("\n", 1)[0]))
+
+
+def _first_after(starts: list[int], pos: int, default: int) -> int:
+    """The first of sorted STARTS at or after POS, else DEFAULT."""
+    i = bisect.bisect_left(starts, pos)
+    return starts[i] if i < len(starts) else default
 
 
 def others_words(text: str) -> list[tuple[int, int]]:
-    """The spans [start, end) of TEXT (one user turn) that are not the user's own words,
-    sorted by start (they may overlap)."""
+    """The spans [start, end) of TEXT (one user turn) that are not the user's own words:
+    sorted and disjoint (overlapping ones merged). Linear in TEXT but for the fences."""
     spans = list(fence_spans(text, 0, len(text)))
     spans += [m.span() for m in _QUOTED_LINE.finditer(text)]
     spans += [m.span() for m in _INDENTED_LINE.finditer(text)]
     spans += [m.span() for m in _QUOTE_ELEMENT.finditer(text)]
+    blanks = [m.start() for m in _BLANK_LINE.finditer(text)]
     for m in _ROLE_LINE.finditer(text):
         if m.group("alone") is None:
             spans.append(m.span())
         else:
-            blank = _BLANK_LINE.search(text, m.end())
-            spans.append((m.start(), blank.start() if blank else len(text)))
+            spans.append((m.start(), _first_after(blanks, m.end(), len(text))))
+    ends = [m.start() for m in _REPORT_END.finditer(text)]
     for m in _REPORTED.finditer(text):
-        stop = _REPORT_END.search(text, m.end())
-        spans.append((m.start(), stop.start() if stop else len(text)))
-    spans += [m.span() for m in _QUOTE.finditer(text) if _attributed(text, *m.span())]
-    return sorted(spans)
+        spans.append((m.start(), _first_after(ends, m.end(), len(text))))
+    said_at = [m.start() for m in _SAID_WORD.finditer(text)]
+    spans += [m.span() for m in _QUOTE.finditer(text) if _attributed(text, *m.span(), said_at)]
+    merged: list[tuple[int, int]] = []
+    for s, e in sorted(spans):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
 
 
 def overlaps(spans: list[tuple[int, int]], start: int, end: int) -> bool:
-    """Does [start, end) overlap any of SPANS? (A standing statement is a sentence: any
-    words of someone else's in it make it no rule of the user's.)"""
-    return any(s < end and start < e for s, e in spans)
+    """Does [start, end) overlap any of SPANS (sorted, disjoint: :func:`others_words`)?
+    (A standing statement is a sentence: any words of someone else's in it make it no rule
+    of the user's.)"""
+    i = bisect.bisect_left(spans, (end,))  # the spans that start before END
+    return i > 0 and spans[i - 1][1] > start
 
 
 def starts_in(spans: list[tuple[int, int]], pos: int) -> bool:
-    """Is POS inside any of SPANS? (A stated fact is a clause: one that starts in the
-    user's own words is the user's, "I checked the docs and it says that ...".)"""
-    return any(s <= pos < e for s, e in spans)
+    """Is POS inside any of SPANS (sorted, disjoint)? (A stated fact is a clause: one that
+    starts in the user's own words is the user's, "I checked the docs and it says that
+    ...".)"""
+    i = bisect.bisect_right(spans, (pos, float("inf")))  # the spans that start at or before POS
+    return i > 0 and spans[i - 1][1] > pos
 
 
 def in_others_words(text: str, start: int, end: int) -> bool:
