@@ -259,6 +259,54 @@ comment on function donto._standing_not_the_users(text, integer, integer) is
 'Whether any of [start, end) of a user turn''s text is in words that are not the user''s own '
 '(quoted, pasted, role-labelled, reported: donto_pg.core.voice, the rule detector''s filter).';
 
+create or replace function donto._standing_claims_of(p_response_id bigint, p_rev bigint)
+returns table (
+    statement_id bigint, claim_index integer, topic text, kind text, is_hypothesis boolean,
+    char_start integer, char_end integer, txt text, turn_seq integer, turn_id integer,
+    said_on date, turn_start integer, turn_text text
+)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The standing claims (mem:standing/instruction, preference, constraint) of response
+P_RESPONSE_ID that are current and anchored in revision P_REV: their evidence span and
+text, and the user turn that holds the span (its seq, id, date, start and text; null when
+no user turn holds it). For donto._standing_from_claims.
+*/
+    select
+        xc.statement_id, xc.claim_index, cs.subject,
+        pg_catalog.substr(cs.predicate, pg_catalog.length('mem:standing/') + 1),
+        cs.is_hypothesis, el.char_start, el.char_end,
+        pg_catalog.substr(rv.body, el.char_start + 1, el.char_end - el.char_start),
+        t.seq, t.turn_id, t.time_anchor, t.char_start,
+        pg_catalog.substr(rv.body, t.char_start + 1, t.char_end - t.char_start)
+    from donto.x_claim as xc
+    inner join donto.statement as cs on xc.statement_id = cs.statement_id
+    inner join donto.evidence_link as el on xc.statement_id = el.statement_id
+    inner join donto.revision as rv on el.revision_id = rv.revision_id
+    left join lateral (
+        select t0.seq, t0.turn_id, t0.time_anchor, t0.char_start, t0.char_end
+        from donto.turn as t0
+        where t0.revision_id = el.revision_id and t0.role = 'user'
+              and t0.char_start <= el.char_start and el.char_end <= t0.char_end
+        order by t0.seq
+        limit 1
+    ) as t on true
+    where xc.response_id = p_response_id
+          and cs.predicate in ('mem:standing/instruction', 'mem:standing/preference',
+                               'mem:standing/constraint')
+          and el.revision_id = p_rev
+          and not exists (select 1 from donto.retraction as rt
+                          where rt.statement_id = xc.statement_id);
+$$;
+
+comment on function donto._standing_claims_of(bigint, bigint) is
+'The current standing claims of a response anchored in a revision, with their evidence and '
+'the user turn that holds it (null when none).';
+
 create or replace function donto._standing_from_claims(p_response_id bigint)
 returns integer
 language plpgsql
@@ -336,28 +384,11 @@ begin
                    then 'not the user''s own words (quoted, pasted or reported in a user turn)'
                    else 'not in a user turn' end
     from (
-        select xc.statement_id, t.seq is not null as in_user_turn,
-               t.seq is not null and not donto._standing_not_the_users(
-                   pg_catalog.substr(rv.body, t.char_start + 1, t.char_end - t.char_start),
-                   el.char_start - t.char_start, el.char_end - t.char_start) as users
-        from donto.x_claim as xc
-        inner join donto.statement as cs on xc.statement_id = cs.statement_id
-        inner join donto.evidence_link as el on xc.statement_id = el.statement_id
-        inner join donto.revision as rv on el.revision_id = rv.revision_id
-        left join lateral (
-            select t0.seq, t0.char_start, t0.char_end
-            from donto.turn as t0
-            where t0.revision_id = el.revision_id and t0.role = 'user'
-                  and t0.char_start <= el.char_start and el.char_end <= t0.char_end
-            order by t0.seq
-            limit 1
-        ) as t on true
-        where xc.response_id = p_response_id
-              and cs.predicate in ('mem:standing/instruction', 'mem:standing/preference',
-                                   'mem:standing/constraint')
-              and el.revision_id = v_rev
-              and not exists (select 1 from donto.retraction as rt
-                              where rt.statement_id = xc.statement_id)
+        select c.statement_id, c.turn_seq is not null as in_user_turn,
+               c.turn_seq is not null and not donto._standing_not_the_users(
+                   c.turn_text, c.char_start - c.turn_start, c.char_end - c.turn_start
+               ) as users
+        from donto._standing_claims_of(p_response_id, v_rev) as c
     ) as a
     group by a.statement_id
     having not pg_catalog.bool_or(a.users)
@@ -377,37 +408,19 @@ begin
 
     with c0 as (
         select
-            xc.statement_id as claim_sid, xc.claim_index, cs.subject as topic,
-            pg_catalog.substr(cs.predicate, pg_catalog.length('mem:standing/') + 1) as kind,
-            el.char_start, el.char_end, t.seq as turn_seq, t.turn_id, t.time_anchor as said_on,
-            pg_catalog.substr(rv.body, el.char_start + 1, el.char_end - el.char_start) as txt
-        from donto.x_claim as xc
-        inner join donto.statement as cs on xc.statement_id = cs.statement_id
-        inner join donto.evidence_link as el on xc.statement_id = el.statement_id
-        inner join donto.revision as rv on el.revision_id = rv.revision_id
-        inner join lateral (
-            select t0.seq, t0.turn_id, t0.time_anchor
-            from donto.turn as t0
-            where t0.revision_id = el.revision_id and t0.role = 'user'
-                  and t0.char_start <= el.char_start and el.char_end <= t0.char_end
-            order by t0.seq
-            limit 1
-        ) as t on true
-        where xc.response_id = p_response_id
-              and cs.predicate in ('mem:standing/instruction', 'mem:standing/preference',
-                                   'mem:standing/constraint')
-              and not cs.is_hypothesis
-              and el.revision_id = v_rev
+            x.statement_id as claim_sid, x.claim_index, x.topic, x.kind, x.char_start,
+            x.char_end, x.turn_seq, x.turn_id, x.said_on, x.txt
+        from donto._standing_claims_of(p_response_id, v_rev) as x
+        where x.turn_seq is not null
+              and not x.is_hypothesis
               -- a sentence, as the rule detector's (12 to 400 characters): a word
               -- ("audiobooks") is all subject, and would take over every statement on it
-              and el.char_end - el.char_start between 12 and 400
-              and not exists (select 1 from donto.retraction as rt
-                              where rt.statement_id = xc.statement_id)
+              and x.char_end - x.char_start between 12 and 400
               and not exists (
                   select 1 from donto.x_standing as xs
                   inner join donto.statement as ss on xs.statement_id = ss.statement_id
                   where xs.projection_id = v_proj
-                        and ss.object_lit ->> 'claim' = xc.statement_id::text)
+                        and ss.object_lit ->> 'claim' = x.statement_id::text)
     ),
     c as (
         select
