@@ -40,7 +40,9 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import math
 import operator
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -99,21 +101,25 @@ def _schema_fault(conn: psycopg.Connection, exc: psycopg.Error) -> None:
         return
 
 
-# The connections whose database require_schema accepted: each is checked before its
-# first call, as every CLI command checks first, so that a database migrated by a later
-# donto-pg is refused before anything is read from it or written to it.
-_SCHEMA_CHECKED: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+# When each connection's database was last accepted by require_schema: a connection is
+# checked before its first call, as every CLI command checks first, and again once
+# SCHEMA_RECHECK_S seconds have passed (a pool's connection lives on while the database
+# is migrated by a later donto-pg), so that such a database is refused before anything is
+# read from it or written to it.
+_SCHEMA_CHECKED: weakref.WeakKeyDictionary[psycopg.Connection, float] = \
+    weakref.WeakKeyDictionary()
+SCHEMA_RECHECK_S = 60.0
 
 
 def _require_schema(conn: psycopg.Connection) -> None:
     """SchemaMissing, SchemaVersion or SchemaBehind unless CONN's database has this
-    version's schema; once per connection (in a transaction of its own on an idle
-    connection, a savepoint in the caller's)."""
-    if conn in _SCHEMA_CHECKED:
+    version's schema (in a transaction of its own on an idle connection, a savepoint in
+    the caller's); at most once every SCHEMA_RECHECK_S seconds per connection."""
+    if time.monotonic() - _SCHEMA_CHECKED.get(conn, -math.inf) < SCHEMA_RECHECK_S:
         return
     with conn.transaction():
         dbmod.require_schema(conn, end=False)
-    _SCHEMA_CHECKED.add(conn)
+    _SCHEMA_CHECKED[conn] = time.monotonic()
 
 
 def _reader(fn: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -309,7 +315,7 @@ def ensure_schema(conn: psycopg.Connection) -> list[str]:
         return []
     applied = migrate.migrate(conn)
     dbmod.register_vector_if_present(conn)
-    _SCHEMA_CHECKED.discard(conn)  # checked again before the next call
+    _SCHEMA_CHECKED.pop(conn, None)  # checked again before the next call
     return applied
 
 

@@ -301,6 +301,32 @@ comment on function donto._writes_document(bigint) is
 'Whether this session may add to a document: the owner''s session any, another login those of '
 'a role it is a member of (its own). Never null. Stable.';
 
+create or replace function donto._login_writes_document(p_login text, p_document_id bigint)
+returns boolean
+language plpgsql
+stable
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether login P_LOGIN (the name a row recorded) may add to document P_DOCUMENT_ID now, as
+   donto._writes_document says of a session: a login that counts as the owner's
+   (donto._owners_login) any, another the documents of a role it is a member of, while
+   both names stand for their roles here (donto._login_bound). Never null. */
+begin
+    return donto._owners_login(p_login)
+           or coalesce((select pg_catalog.pg_has_role(l.oid, r.oid, 'MEMBER')
+                               and donto._login_bound(l.rolname)
+                               and donto._login_bound(r.rolname)
+                        from pg_catalog.pg_roles as l
+                        cross join pg_catalog.pg_roles as r
+                        where l.rolname = p_login
+                              and r.rolname = donto._document_login(p_document_id)), false);
+end;
+$$;
+
+comment on function donto._login_writes_document(text, bigint) is
+'Whether a login (by name) may add to a document now: the owner''s any, another those of a '
+'role it is a member of. Never null. Stable.';
+
 create or replace function donto._check_document_writer(p_document_id bigint, p_function text)
 returns void
 language plpgsql

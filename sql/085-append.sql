@@ -798,12 +798,16 @@ What was retracted by hand (donto.retract) in context P_CONTEXT_ID from another 
 than P_REVISION_ID, as spans of P_REVISION_ID: a revision of its lineage (a text it
 extends, or one that extends it) has its spans as they are (the same text there); a
 revision outside it (the conversation changed) has them where their text stands in
-P_REVISION_ID (donto._spans_in: before or after the edit, else where the text, or each
-of its longer lines, occurs: none, one or several places). A statement without a span
-comes as it is (matched by subject, predicate and object). Only what was asked by the
-login that registered P_REVISION_ID, or by the owner, counts: a writer who registered
-the start of a text first and retracted it cannot hide the owner's text of it. For
-donto._carry_retractions and donto._reconcile_claims.
+P_REVISION_ID (donto._spans_in: in place before the edit, shifted after it, and in
+between as a line diff maps it: none, one or several places). A statement without a span
+comes as it is (matched by subject, predicate and object). Only the retractions asked
+for count, not those carried from them (reason "carried over from statement N"), so a
+forgotten span is mapped from the text it was forgotten in, once, and does not widen at
+every edit; and only those asked by a login that may add to the document now
+(donto._login_writes_document: the owner, the document's login, a member of it): a
+writer who registered the start of a text first and retracted it cannot hide the text of
+the owner, who took the document by loading it. For donto._carry_retractions and
+donto._reconcile_claims.
 */
     with gone as materialized (
         select
@@ -816,9 +820,11 @@ donto._carry_retractions and donto._reconcile_claims.
         inner join donto.statement as o on r.statement_id = o.statement_id
         where r.by_hand and o.context_id = p_context_id
               and o.derived_from_revision <> p_revision_id
-              and (donto._owners_login(r.login_role)
-                   or r.login_role = (select n.login_role from donto.revision as n
-                                      where n.revision_id = p_revision_id))
+              and r.reason not like 'carried over from statement %'
+              and donto._login_writes_document(
+                  r.login_role,
+                  (select n.document_id from donto.revision as n
+                   where n.revision_id = p_revision_id))
     ),
     moved as (
         select
@@ -906,18 +912,25 @@ as $$
 /*
 The claims of response P_RESPONSE_ID were stored for a block of a revision of a
 conversation that has others (it grew: its last session was cut again; or it changed).
-Two things follow, in the block's claims context:
-- what was asked to be forgotten stays forgotten: each new claim whose evidence overlaps
-  what was retracted by hand (donto.retract) in another revision (donto._forgotten_spans:
-  where its text stands in this one; both unquoted: the same subject, predicate and
-  object) is retracted too, "carried over from statement N: <reason>", by hand, in the
-  name of whoever asked;
+In the block's claims context:
+- what was asked to be forgotten stays forgotten: each new claim that is the same claim
+  as one retracted by hand (donto.retract) in another revision (donto._forgotten_spans)
+  is retracted too, "carried over from statement N: <reason>", by hand, in the name of
+  whoever asked. The same claim: of the same run and predicate, with evidence that
+  overlaps where the retracted claim's text stands in this revision; or with the same
+  subject, predicate and object. (A retraction says "this claim is wrong" as often as
+  "forget this text": another run's claim, or another predicate, on the same quote is
+  not it.)
 - the run's claims of a block that was cut again are replaced: each claim of the same run
   from a block of an earlier revision of the lineage that overlaps this block and was not
   copied into this block's projection (the same span: then it stands for both) is
   retracted, "superseded: block N was cut again as block M ...". So a grown conversation
   holds each claim once, and the claims of the old last session stay until the run has
   extracted the blocks that replace them.
+- and the other way round: when the run has already extracted a later revision's block
+  that was cut again from this one (a worker that finished late, or `extract` of an
+  earlier revision after a later one), the new claims are retracted at once, "superseded:
+  block N was cut again as block M of revision R, extracted before it".
 Returns how many were retracted. Called by donto.ingest_extraction (as the owner).
 */
     with b as (
@@ -925,11 +938,25 @@ Returns how many were retracted. Called by donto.ingest_extraction (as the owner
             nb.block_id, nb.revision_id, nb.projection_id, nb.char_start, nb.char_end,
             x.run_id, p.context_id,
             array(select l.rev from donto.revision_lineage(nb.revision_id) as l (rev)
-                  where l.rev < nb.revision_id) as earlier  -- the revisions it extends
+                  where l.rev < nb.revision_id) as earlier,  -- the revisions it extends
+            array(select l.rev from donto.revision_lineage(nb.revision_id) as l (rev)
+                  where l.rev > nb.revision_id) as later  -- those that extend it
         from donto.extraction_response as x
         inner join donto.extraction_block as nb on x.block_id = nb.block_id
         inner join donto.projection as p on nb.projection_id = p.projection_id
         where x.response_id = p_response_id
+    ),
+    late as materialized (  -- a later revision's block of this run that replaced it
+        select lb.block_id, lb.revision_id
+        from b
+        inner join donto.extraction_block as lb
+            on lb.revision_id = any(b.later)
+               and lb.char_start < b.char_end and b.char_start < lb.char_end
+               and (lb.char_start, lb.char_end) <> (b.char_start, b.char_end)
+        where exists (select 1 from donto.extraction_response as lx
+                      where lx.block_id = lb.block_id and lx.run_id = b.run_id)
+        order by lb.revision_id, lb.block_id
+        limit 1
     ),
     fresh as materialized (  -- this response's claims that are current facts
         select s.statement_id, s.subject, s.predicate, s.object_lit, s.char_start, s.char_end
@@ -939,10 +966,24 @@ Returns how many were retracted. Called by donto.ingest_extraction (as the owner
               and not exists (select 1 from donto.retraction as r
                               where r.statement_id = s.statement_id)
     ),
+    stale as (
+        insert into donto.retraction (statement_id, reason)
+        select
+            n.statement_id,
+            pg_catalog.format('superseded: block %s was cut again as block %s of revision '
+                              '%s, extracted before it', b.block_id, l.block_id, l.revision_id)
+        from fresh as n
+        cross join b
+        cross join late as l
+        order by n.statement_id
+        on conflict do nothing
+        returning 1
+    ),
     forgotten as materialized (
-        select f.*
+        select f.*, fx.run_id
         from b
         cross join lateral donto._forgotten_spans(b.context_id, b.revision_id) as f
+        left join donto.x_claim as fx on f.statement_id = fx.statement_id
     ),
     carried as (
         insert into donto.retraction (statement_id, reason, by_hand, login_role)
@@ -952,11 +993,13 @@ Returns how many were retracted. Called by donto.ingest_extraction (as the owner
             true,
             f.login_role
         from fresh as n
+        cross join b
         inner join forgotten as f
-            on (n.char_start < f.char_end and f.char_start < n.char_end)
-               or (n.char_start is null and f.char_start is null
-                   and (n.subject, n.predicate, n.object_lit)
-                   = (f.subject, f.predicate, f.object_lit))
+            on (n.predicate = f.predicate and f.run_id = b.run_id
+                and n.char_start < f.char_end and f.char_start < n.char_end)
+               or (n.subject, n.predicate, n.object_lit)
+               = (f.subject, f.predicate, f.object_lit)
+        where not exists (select 1 from late)  -- retracted as stale already
         order by n.statement_id, f.statement_id
         on conflict do nothing
         returning 1
@@ -983,14 +1026,16 @@ Returns how many were retracted. Called by donto.ingest_extraction (as the owner
         on conflict do nothing
         returning 1
     )
-    select ((select pg_catalog.count(*) from carried)
+    select ((select pg_catalog.count(*) from stale)
+            + (select pg_catalog.count(*) from carried)
             + (select pg_catalog.count(*) from replaced))::integer;
 $$;
 
 comment on function donto._reconcile_claims(bigint) is
 'After claims were stored for a block of a conversation that grew or changed: carry '
-'retractions by hand to the new claims that overlap them, and retract the run''s claims of '
-'the blocks that were cut again as this one; returns the count.';
+'retractions by hand to the same claims, retract the run''s claims of the blocks that were '
+'cut again as this one, or the new claims when a later cut was extracted first; returns '
+'the count.';
 
 create or replace function donto._retract_superseded(p_context_id bigint, p_revision_id bigint)
 returns integer

@@ -892,3 +892,95 @@ def test_what_was_retracted_by_hand_stays_retracted_when_the_conversation_change
                               f"carried over from statement {instruction}: forget imperial",
                               f"carried over from statement {oslo}: forget where I live"])
     db.commit()
+
+
+def test_a_forgotten_window_edited_hides_its_own_place_only_and_does_not_widen(db):
+    """Found by review: a chunk forgotten, then a one-character edit inside it, hid 173
+    chunks of a BEAM-500K conversation: its line "### Example Conversation" was looked
+    for all over the text. And each later edit hid more (624 -> 664 -> 685 -> 700
+    chunks), since carried retractions were carried again. A line diff maps the
+    forgotten text to where it stands now, from the text it was forgotten in."""
+    from donto_pg import api
+
+    iri = "chat:t/forget-edit"
+
+    def chat(verb: str, tail: str) -> list[dict]:
+        msgs = []
+        for i in range(40):
+            msgs.append({"role": "user", "content": f"Question {i} about the garden.\n"
+                         "### Example Conversation\nthe roses and the hedge.",
+                         "timestamp": "2024-05-01"})
+            msgs.append({"role": "assistant", "content": f"Answer {i}:\n"
+                         "### Example Conversation\n"
+                         + f"Answer {i}: prune in March, water in the evening. " * 8})
+        msgs[41]["content"] += f"\nso Scott {verb} comfortable sharing his thoughts"
+        msgs[-1]["content"] += tail
+        return msgs
+
+    rev1 = api.add_conversation(db, chat("feels", ""), iri, embed=False)
+    (chunk,) = db.execute("select statement_id from donto.revision_chunks(%s) "
+                          "where chunk_text like '%%so Scott feels%%'", (rev1,)).fetchone()
+    db.execute("select donto.retract(%s, 'forget the Scott advice')", (chunk,))
+    total = db.execute("select count(*) from donto.revision_chunks(%s)", (rev1,)).fetchone()[0]
+    db.commit()
+    hidden = []
+    for k, (verb, tail) in enumerate((("feel", ""), ("feel", " ok"), ("feel", " ok ok"))):
+        rev = api.add_conversation(db, chat(verb, tail), iri, embed=False)
+        gone = db.execute("select c.chunk_text from donto.revision_chunks(%s) c join "
+                          "donto.retraction r using (statement_id) where r.by_hand",
+                          (rev,)).fetchall()
+        db.commit()
+        assert any("so Scott feel comfortable" in t for t, in gone), k
+        hidden.append(len(gone))
+    assert total >= 15 and 1 <= hidden[0] <= 2, hidden  # its place, not every heading
+    assert hidden == [hidden[0]] * 3  # and no wider at every edit
+
+
+def test_claims_reconciled_across_runs_and_revisions_extracted_out_of_order(db):
+    """Found by review: (1) a retraction of one run's wrong claim was carried onto another
+    run's claim with another predicate on the same quote; (2) extracting a later revision
+    of a grown conversation, then an earlier one, left the run's claims current twice."""
+    from donto_pg import api, extract
+
+    iri = "chat:t/reconcile"
+    rev1 = api.add_conversation(db, [
+        {"role": "user", "content": "I live in Oslo. My dog is named Rex.",
+         "timestamp": "2024-05-01"}, {"role": "assistant", "content": "Nice."}], iri,
+        embed=False)
+    rev2 = loader.append_turns(db, iri, [{"role": "user", "content": "I prefer tea."},
+                                         {"role": "assistant", "content": "Sure."}])
+    db.commit()
+    info = db.info
+
+    def run(rev: int) -> extract.ExtractionReport:
+        return extract.run_extraction(
+            lambda: psycopg.connect(host=info.host, port=info.port, user=info.user,
+                                    dbname=info.dbname),
+            revision_ids=[rev], alarm_after=0, concurrency=1)
+
+    assert run(rev2).ok and run(rev1).ok  # the later revision first
+    current = db.execute(
+        "select s.object_lit ->> 'v', s.char_start from donto.x_claim join "
+        "donto.statement_current as s using (statement_id)").fetchall()
+    assert current and len(current) == len(set(current)), current
+    stale = db.execute("select count(*) from donto.retraction where reason like "
+                       "'superseded: block %% of revision %%, extracted before it'"
+                       ).fetchone()[0]
+    assert stale > 0
+    # (1) another run (an arm, as a second model makes) on the same quote
+    oslo, = db.execute("select statement_id from donto.x_claim join donto.statement_current "
+                       "using (statement_id) where object_lit ->> 'v' = 'Oslo'").fetchone()
+    db.execute("select donto.retract(%s, 'wrong: not a city')", (oslo,))
+    params = db.execute("select params from donto.extraction_run").fetchone()[0]
+    other = db.execute("select run_id from donto.start_extraction_run(%s, %s)", (json.dumps(
+        [{"name": "fake", "model": "fake-llm-1", "base_url": "http://127.0.0.1:9"}]),
+        json.dumps(params))).fetchone()[0]
+    block, = db.execute("select block_id from donto.extraction_block where revision_id = %s "
+                        "order by seq desc limit 1", (rev2,)).fetchone()
+    db.execute("select donto.ingest_extraction(%s, %s, %s)", (block, other, json.dumps([
+        {"subject": "user", "predicate": "resides in", "object": "Oslo",
+         "quote": "I live in Oslo.", "turn": 0, "hypothesis": False}])))
+    db.commit()
+    assert db.execute("select count(*) from donto.x_claim join donto.statement_current "
+                      "using (statement_id) where run_id = %s", (other,)).fetchone() == (1,)
+    db.commit()

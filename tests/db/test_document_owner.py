@@ -314,6 +314,46 @@ def test_a_retraction_carried_over_names_who_asked_for_it(db, logins):
     db.commit()
 
 
+def test_a_member_who_grows_or_changes_a_document_keeps_what_its_login_forgot(db, logins):
+    """Found by review: only retractions by the login that registered the new text (or the
+    owner) were carried, so bob (GRANT alice TO bob: he adds to alice's documents)
+    appending to or re-loading alice's conversation brought back what alice forgot. A
+    retraction counts when its login may add to the document now."""
+    from donto_pg import api, loader
+
+    secret = "My password hint is blue dog."
+    chat = [{"role": "user", "content": f"Note {i}: " + "I keep bees on the roof. " * 30,
+             "timestamp": "2024-03-02"} for i in range(3)]
+    chat += [{"role": "user", "content": secret}, {"role": "assistant", "content": "Okay."}]
+    alice, as_alice = logins()
+    bob, as_bob = logins()
+    db.execute(f"grant {alice} to {bob}")
+    db.commit()
+    a, b = as_alice(), as_bob()
+    rev = api.add_conversation(a, chat, "doc:alice/bees", embed=False)
+    (chunk,) = a.execute("select statement_id from donto.revision_chunks(%s) "
+                         "where chunk_text like %s", (rev, f"%{secret}%")).fetchone()
+    a.execute("select donto.retract(%s, 'forget the hint')", (chunk,))
+    a.commit()
+
+    def current_secret(rev: int) -> list:
+        rows = db.execute("select c.statement_id from donto.revision_chunks(%s) c join "
+                          "donto.statement_current using (statement_id) where c.chunk_text "
+                          "like %s", (rev, f"%{secret}%")).fetchall()
+        db.commit()
+        return rows
+
+    grown = loader.append_turns(b, "doc:alice/bees", [{"role": "user", "content": "ok"}])
+    b.commit()
+    assert current_secret(grown) == []
+    edited = chat[:-1] + [{"role": "assistant", "content": "Okay!"}]
+    changed = api.add_conversation(b, edited, "doc:alice/bees", embed=False)
+    assert changed not in (rev, grown) and current_secret(changed) == []
+    assert {r for (r,) in db.execute(
+        "select login_role from donto.retraction where reason like 'carried over%%'")} == {alice}
+    db.commit()
+
+
 def test_reproject_leaves_another_login_s_conversations_to_it(db, logins):
     """Found by review: `donto-pg reproject` as a writer stopped at the first stale
     conversation of another login (42501) and cut none of its own. Now it cuts its own,

@@ -285,12 +285,17 @@ def test_the_python_api_names_a_missing_or_older_schema(fresh_db):
         assert old.execute("select 1").fetchone() == (1,)
 
 
-def test_the_python_api_refuses_a_schema_of_a_later_donto_pg_before_using_it(db):
+def test_the_python_api_refuses_a_schema_of_a_later_donto_pg_before_using_it(
+        db, connect, monkeypatch):
     """Found by review: the CLI refused a database migrated by a later donto-pg, the API
-    wrote into it (its check ran only after a query failed)."""
+    wrote into it (its check ran only after a query failed); then, that a connection
+    checked once was never checked again (a pool's connection lives on while the database
+    is migrated): it is checked again after api.SCHEMA_RECHECK_S seconds."""
     from donto_pg import api
     from donto_pg.errors import SchemaVersion
 
+    pooled = connect()
+    assert api.claims(pooled) == []  # checked, and accepted
     db.execute("insert into donto.migration (name, sha256) values ('099-future.sql', 'x')")
     db.commit()
     before = db.execute("select count(*) from donto.revision").fetchone()[0]
@@ -306,6 +311,10 @@ def test_the_python_api_refuses_a_schema_of_a_later_donto_pg_before_using_it(db)
         with pytest.raises(SchemaVersion):
             api.claims(db)
         assert db.execute("select 1").fetchone() == (1,)
+    assert api.claims(pooled) == []  # within SCHEMA_RECHECK_S of its check: not again
+    monkeypatch.setattr(api, "SCHEMA_RECHECK_S", 0.0)
+    with pytest.raises(SchemaVersion):
+        api.claims(pooled)
 
 
 def test_dry_run_plan_and_a_writable_public_schema(fresh_db):

@@ -24,7 +24,7 @@ from donto_pg.beam import (
     iter_beam,
     parse_beam_date,
 )
-from donto_pg.core.transcript import escape_content
+from donto_pg.core.transcript import HEADER_TEXT, escape_content
 from tests.conftest import EXAMPLES, write_chat
 
 CHATS = EXAMPLES / "chats"
@@ -755,7 +755,7 @@ def check_spans(messages: list[Message], body: str, spans: list[Any]) -> None:
         assert UNESCAPE.sub("", body[s.char_start : s.char_end]) == m.content
 
 
-UNESCAPE = re.compile(r"(?<!\\)\\(?=\\*(?:\[[^\]\n]+ #-?\d+\](?:\s|\Z)|===\s+session(?:\s|\Z)))")
+UNESCAPE = re.compile(rf"(?<!\\)\\(?=\\*{HEADER_TEXT})")  # one backslash less
 
 
 def test_format_chat_exact_text() -> None:
@@ -818,6 +818,10 @@ TRICKY = [
     "[assistant #4]\t",
     "===\tsession ",
     "=== \u3000session\u00a0",
+    "[assistant #\u200b7]",
+    "=== se\u200bssion",
+    "\uff3buser \uff03\uff17\uff3d",
+    "\u00ad",
 ]
 content_raw = st.lists(st.one_of(st.sampled_from(TRICKY), st.text(max_size=12)), max_size=8).map(
     "".join
