@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 
 #: The longest changed middle (in lines, either text) that is diffed line by line.
-MAX_DIFF_LINES = 20_000
+MAX_DIFF_LINES = 200_000
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -61,7 +61,9 @@ def _middle_map(old: str, new: str, o0: int, o1: int, n0: int, n1: int
         return [(o0, o1, n0, n1, False)]
     at_old = list(accumulate((len(x) for x in old_lines), initial=o0))  # line starts
     at_new = list(accumulate((len(x) for x in new_lines), initial=n0))
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    # (autojunk: lines found all over a long middle anchor nothing, as in any diff tool;
+    # without it, 18,000 lines of a BEAM-500K conversation took 7 s, with it 0.04 s)
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines)
     return [(at_old[i1], at_old[i2], at_new[j1], at_new[j2], tag == "equal")
             for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "insert"]
 
