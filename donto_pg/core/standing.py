@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from donto_pg.core.voice import others_words, overlaps
+from donto_pg.core.voice import others_words, overlaps, own_clauses
 
 __all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "condition", "detect",
            "sentences", "subject_key"]
@@ -37,8 +37,10 @@ _MIN_CHARS = 12
 
 # BEAM's generator marker at the end of user turns (" ->-> 1,32").
 _MARKER = re.compile(r"\s*->->\s*\d+\s*,\s*\d+\s*$")
-# A sentence ends at . ! ? followed by space, or at a line break.
-_SENT_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# A sentence ends at . ! ? (and any closing quote) followed by space, or at a line break.
+_SENT_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"\u201d'\u2019)]))\s+|\n+")
+# A list item's marker, which does not make its sentence any less a statement.
+_LIST_MARKER = re.compile(r"^(?:[-*+\u2022]|\d{1,3}[.)])\s+")
 
 _GENERAL = r"(?:always|never|from now on|going forward|in (?:the )?future|every time|each time"\
            r"|whenever|any ?time)"
@@ -170,7 +172,7 @@ def _content(text: str) -> list[str]:
 
 
 def _kind(sentence: str) -> str | None:
-    s = _TAG.sub(".", sentence.replace("\u2019", "'"))
+    s = _TAG.sub(".", _LIST_MARKER.sub("", sentence.replace("\u2019", "'")))
     if any(p.search(s) for p in _INSTRUCTION):
         # "Should I always ...?" is a question about the user's own habits, not an order;
         # "what if I need a break?" asks about a case, it does not set a rule. A question
@@ -210,14 +212,22 @@ def detect(text: str) -> list[Standing]:
     rules-v4) none in a code fence, a quoted line or someone else's reported words; (from
     rules-v5) none in any words of the turn that are not the user's own
     (:func:`donto_pg.core.voice.others_words`: also an indented or ``<quote>`` block, a
-    role-labelled line, a quote attributed to someone, a named speaker's reported words)."""
+    role-labelled line, a quote attributed to someone, a named speaker's reported words),
+    unless a clause of the user's own in it, set off from those words, reads as one
+    (:func:`donto_pg.core.voice.own_clauses`: "The doctor told me to avoid sugar, so please
+    never suggest desserts." is kept whole)."""
     out = []
     others = others_words(text)
     for start, end in sentences(text):
         sent = text[start:end]
+        fits = _MIN_CHARS <= len(sent) <= MAX_CHARS
         if overlaps(others, start, end):
+            kind = next((k for a, b in own_clauses(text, others, start, end) if fits
+                         and len(text[a:b]) >= _MIN_CHARS and (k := _kind(text[a:b]))), None)
+            if kind is not None:
+                out.append(Standing(kind, start, end, sent, subject_key(sent, kind)))
             continue
-        kind = _kind(sent) if _MIN_CHARS <= len(sent) <= MAX_CHARS else None
+        kind = _kind(sent) if fits else None
         if kind is not None:
             out.append(Standing(kind, start, end, sent, subject_key(sent, kind)))
             continue

@@ -9,25 +9,40 @@ from rules-v5) and the offline baseline extractor (:mod:`donto_pg.core.rule_extr
 
 * a code fence (:func:`donto_pg.core.fences.fence_spans`);
 * a quoted line (``> ...``, ``＞ ...``, after any whitespace) and an indented line (four
-  spaces or a tab: a pasted mail or code block);
+  spaces or a tab: a pasted mail or code block), unless it is a nested list item (its
+  first word a list marker: ``-``, ``*``, ``+``, ``•``, ``1.``, ``1)``);
 * a ``<quote>`` or ``<blockquote>`` element (to the end of the text when left open);
-* a line that starts with a role label (``Assistant:``, ``SYSTEM:``, ``ChatGPT:``,
-  ``User:`` ... of a pasted transcript), to the end of the line, or to the next blank
-  line when the label stands alone;
+* a labelled block, to the end of the line, or, when the label ends its line, the next
+  paragraph (to the next blank line): a role label that starts a line (``Assistant:``,
+  ``SYSTEM:``, ``ChatGPT:``, ``User:`` ... of a pasted transcript), someone else's words
+  after a colon ("Mr. Smith wrote: ...", "The email from HR reads: ...", "He told me:
+  ..."), a mail after a line that ends with "email:", "mail:", "message:", "letter:" or
+  "memo:" ("My boss's email:"), the body after a block of two or more mail headers
+  (``From:``, ``To:``, ``Subject:`` ...);
 * reported speech: someone other than the user and what they said, from the speaker to
-  the end of the sentence, or of the clause before ", but I ..." ("My friend told me
-  that ...", "ChatGPT told me to ...", "the narrator says: ...", "He said "..."", "You
-  (the assistant) wrote: ...");
-* a double-quoted passage (straight or curly quotes) attributed to someone before it (in
-  its line, or on the line before, ending with ":") or after it (""...," my brother
-  said").
+  the end of the sentence, or to where the user resumes (:data:`_RESUME`: "...,
+  but I ...", "..., so please ...") ("My friend told me that ...", "ChatGPT told me to
+  ...", "the article says, ..."); not after "the way", "as", "like" or "how" ("Always
+  reply the way my mom says, short and kind.": the user's words about what she says);
+* a quote (double, or single: 'I live in Paris.') right after someone's verb of saying,
+  from the speaker to the closing quote ("He said "..."", "My boss said '...'", "what my
+  assistant said:" and the quote on the next line);
+* a double-quoted passage attributed to someone after it: a comma (inside the quote or
+  after it), then the speaker and the verb ending the clause (""...," my brother said."),
+  or the verb first (""..." said my brother").
 
 The user's own words about someone else stay the user's: "Always do what my doctor
 says." (no words of the doctor's follow), "From now on, always answer in German." A
 quoted rule the user adopts without naming another speaker ("Please follow this rule:
-"Always cite sources."") is the user's too: nothing says it is anyone else's.
+"Always cite sources."") is the user's too: nothing says it is anyone else's; and so is
+a quote the words after it do not attribute ("Always recommend books like "Dune" that
+people say are classics.", "write "colour" not "color", my editor insists on ...").
 
-Pure Python, deterministic.
+:func:`own_clauses` gives the clauses of a sentence that are the user's although others'
+words interrupt it ("The doctor told me to avoid sugar, so please never suggest
+desserts.").
+
+Pure Python, deterministic, linear in the text (but for the fences).
 """
 
 from __future__ import annotations
@@ -37,17 +52,27 @@ import re
 
 from donto_pg.core.fences import fence_spans
 
-__all__ = ["in_others_words", "others_words", "overlaps", "starts_in"]
+__all__ = ["in_others_words", "others_words", "overlaps", "own_clauses", "starts_in"]
 
 _QUOTED_LINE = re.compile(r"^[^\S\n]*[>＞].*$", re.M)
-_INDENTED_LINE = re.compile(r"^(?: {4}|\t).*\S.*$", re.M)
+_INDENTED_LINE = re.compile(
+    r"^(?: {4}|\t)(?![^\S\n]*(?:[-*+•]|\d{1,3}[.)])[^\S\n])[^\n]*\S[^\n]*$", re.M)
 _QUOTE_ELEMENT = re.compile(r"<(blockquote|quote)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.I | re.S)
 _ROLE = (r"(?:system|assistant|ai|bot|chat ?gpt|gpt[-\w.]*|claude|gemini|bard|copilot|llama"
          r"|model|user|human|developer)")
 _ROLE_LINE = re.compile(
     r"^[^\S\n]*(?:\*\*|__)?" + _ROLE + r"(?:[^\S\n]*\([^)\n]{0,40}\))?(?:\*\*|__)?[^\S\n]*:"
-    r"(?:(?:\*\*|__)?[^\S\n]*(?P<alone>$)|.*$)", re.I | re.M)
+    r"(?:\*\*|__)?", re.I | re.M)
+# A line that introduces a pasted mail ("My boss's email:", "the message I got from HR:"),
+# and a block of mail headers.
+_MAIL_INTRO = re.compile(r"\b(?:e-?mail|mail|message|letter|memo)\b[^\n:]{0,40}:[^\S\n]*$",
+                         re.I | re.M)
+_MAIL_HEADERS = re.compile(
+    r"(?:^[^\S\n]*(?:from|to|cc|bcc|subject|date|sent|reply-to)[^\S\n]*:[^\n]*(?:\n|\Z)){2,}",
+    re.I | re.M)
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
+_NEWLINE = re.compile(r"\n")
+_NON_SPACE = re.compile(r"\S")
 
 # Someone other than the user: "my friend", "the article I read", "ChatGPT", "he", "you
 # (the assistant)". Not "I" or "we" ("the code I wrote to ..."), nor a capitalised
@@ -61,53 +86,41 @@ _SPEAKER = (r"(?:\b(?:my|his|her|their|our|your|a|an|this|that|the)(?: \w+){0,2}
 _SAID = (r"(?:said|says|say|wrote|writes|write|told|tells|tell|replied|replies|answered"
          r"|answers|posted|texted|messaged|tweeted|insisted|insists|explained|claimed|claims"
          r"|added|asked|asks|put it)")
-_SAID_WORD = re.compile(r"\b" + _SAID + r"\b", re.I)  # found once, before _SAID_BEFORE
-# Reported speech, with what was said after it: "told me (that/to) ...", "said that/to
-# ...", "wrote: ...", "says, ...", "said "..."", "replied: ...".
-_REPORTED = re.compile(
-    _SPEAKER + r"\s+(?:told (?:me|us)\b|tells (?:me|us)\b"
-    r"|(?:said|says|wrote|writes)(?:\s+(?:that|to)\b|\s*[:,]|\s+(?=[\"“”]))"
-    r"|(?:replied|answered)(?:\s+that\b|\s*:|\s+(?=[\"“”])))", re.I)
+_OBJECT = r"(?:\s+(?:to\s+)?(?:me|us|him|her|them))?"
+# Where the user resumes after someone else's words in the same sentence: a comma or
+# semicolon, then "but/and/so/yet" and "I" or "please" (", so please never ...").
+_RESUME = r"[,;][^\S\n]*(?:but|and|so|yet)\s+(?:i|please)\b"
+_RESUMES = re.compile(_RESUME, re.I)
+# A verb of saying (or "reads"): where to look for an attribution (see _ATTRIBUTION).
+# (The lookahead of first letters only makes the search faster.)
+_SAYING = re.compile(r"\b(?=[aceimprstw])(?:" + _SAID + r"|reads|read)\b", re.I)
+# Someone and a verb of saying, with what they said after it (which group matched tells
+# where their words end): a quote ("He said "..."", "what my assistant said:" and the
+# quote on the next line), words after a colon ("Mr. Smith wrote: ...", "The email from HR
+# reads: ..."), reported words ("told me (that/to) ...", "said that/to ...", "says, ...").
+_ATTRIBUTION = re.compile(
+    r"(?<!\bthe way )(?<!\bas )(?<!\blike )(?<!\bhow )(?!the way\b)" + _SPEAKER + r"\s+(?:"
+    r"(?P<quote>" + _SAID + _OBJECT + r"(?:\s+(?:that|this|the following))?"
+    r"[^\S\n]*(?:[:,][^\S\n]*|:[^\S\n]*\n[^\S\n]*)?(?=[\"“'‘]))"
+    r"|(?P<label>(?:(?:told|tells)\s+(?:me|us)|said|says|wrote|writes|replied|answered|reads"
+    r"|read)[^\S\n]*:)"
+    r"|(?:told|tells)\s+(?:me|us)\b|(?:said|says|wrote|writes)(?:\s+(?:that|to)\b|[^\S\n]*,)"
+    r"|(?:replied|answered)\s+that\b)", re.I)
+# How far before its verb a speaker starts, and how far after it what they said starts.
+_SPEAKER_REACH, _VERB_REACH = 120, 80
 _QUOTE = re.compile(r"[\"“](?:[^\"“”\n]|\n(?![^\S\n]*\n))+?[\"”]")
-# The attribution before a quote: "He said ", "what my assistant said:", "ChatGPT told me:".
-_SAID_BEFORE = re.compile(
-    _SPEAKER + r"\s+" + _SAID + r"(?:\s+(?:me|us|him|her|them))?"
-    r"(?:\s+(?:that|this|the following))?\s*[:,]?\s*$", re.I)
-# ... and after it: ", my brother said", "said my brother".
+# Where a single quote closes: not an apostrophe ("I'm", "don’t").
+_SINGLE_CLOSE = re.compile(r"(?<=\S)['’](?!\w)")
+# The attribution after a double quote: ", my brother said.", ", he told me.", "said my
+# brother".
 _SAID_AFTER = re.compile(
-    r"\s*,?\s*(?:" + _SPEAKER + r"\s+" + _SAID + r"|" + _SAID + r"\s+" + _SPEAKER + r")\b",
-    re.I)
-# Where reported words end: at the end of the sentence (. ! ? followed by space, a line
-# break) or of the clause ("it says that CORS is supported, but I'm still getting errors").
-_REPORT_END = re.compile(r"(?<=[.!?])\s+|\n|[,;]\s*(?=(?:but|and|so|yet)\s+i\b)", re.I)
-
-
-# How far before and after a quote its attribution is looked for: "what my assistant
-# said: " is near it. (Bounded, so that a line of thousands of quotes costs linear time.)
-_NEAR = 200
-
-
-def _line_start(text: str, pos: int) -> int:
-    """Where the line of POS starts, looking back at most _NEAR characters."""
-    floor = max(0, pos - _NEAR)
-    return text.rfind("\n", floor, pos) + 1 or floor
-
-
-def _attributed(text: str, start: int, end: int, said_at: list[int]) -> bool:
-    """Is the quote text[start:end] attributed to someone other than the user? (SAID_AT:
-    where TEXT has a verb of saying, sorted.)"""
-    if not said_at:
-        return False
-    line = _line_start(text, start)
-    before = text[line:start]
-    if not before.strip() and line > 0 and text[line - 1] == "\n":
-        before = text[_line_start(text, line - 1):line - 1]
-        if not before.rstrip().endswith(":"):  # the line before, ending ":"
-            before = ""
-    said_before = _first_after(said_at, start - 2 * _NEAR - 1, start) < start
-    if said_before and before.strip() and _SAID_BEFORE.search(before):
-        return True
-    return bool(_SAID_AFTER.match(text[end:end + _NEAR].split("\n", 1)[0]))
+    r"[^\S\n]*(?:(?P<comma>,)[^\S\n]*)?(?:(?P<speaker_first>" + _SPEAKER + r"[^\S\n]+" + _SAID
+    + _OBJECT + r"(?=[^\S\n]*(?:[.,;:!?]|$)))|" + _SAID + r"[^\S\n]+" + _SPEAKER + r")\b",
+    re.I | re.M)
+# Where reported words end: at the end of the sentence (. ! ? and any closing quote, then
+# space), a line break, or where the user resumes ("it says that CORS is supported, but I'm
+# still getting errors").
+_REPORT_END = re.compile(r"[.!?][\"”'’)]*(?=\s|\Z)|(?=\n)|(?=" + _RESUME + ")", re.I)
 
 
 def _first_after(starts: list[int], pos: int, default: int) -> int:
@@ -116,24 +129,77 @@ def _first_after(starts: list[int], pos: int, default: int) -> int:
     return starts[i] if i < len(starts) else default
 
 
+def _near_verbs(text: str) -> list[tuple[int, int]]:
+    """The stretches of TEXT an attribution can be in: around its verbs of saying, merged
+    (so each character is searched once)."""
+    out: list[tuple[int, int]] = []
+    for m in _SAYING.finditer(text):
+        a, b = max(0, m.start() - _SPEAKER_REACH), m.end() + _VERB_REACH
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
 def others_words(text: str) -> list[tuple[int, int]]:
     """The spans [start, end) of TEXT (one user turn) that are not the user's own words:
     sorted and disjoint (overlapping ones merged). Linear in TEXT but for the fences."""
-    spans = list(fence_spans(text, 0, len(text)))
+    n = len(text)
+    blanks = [m.start() for m in _BLANK_LINE.finditer(text)]
+    newlines = [m.start() for m in _NEWLINE.finditer(text)]
+
+    def block_end(pos: int) -> int:
+        """The end of a labelled block whose label ends at POS: the end of its line, or
+        when the label ends the line, of the next paragraph (unless that starts with lines
+        already marked: "Here is the mail:" and "> ..." lines)."""
+        eol = _first_after(newlines, pos, n)
+        body = _NON_SPACE.search(text, pos)
+        if body is None:
+            return n
+        if body.start() < eol:
+            return eol
+        line = newlines[bisect.bisect_left(newlines, body.start()) - 1] + 1
+        return pos if line in marked else _first_after(blanks, body.start(), n)
+
+    spans = list(fence_spans(text, 0, n))
     spans += [m.span() for m in _QUOTED_LINE.finditer(text)]
     spans += [m.span() for m in _INDENTED_LINE.finditer(text)]
     spans += [m.span() for m in _QUOTE_ELEMENT.finditer(text)]
-    blanks = [m.start() for m in _BLANK_LINE.finditer(text)]
-    for m in _ROLE_LINE.finditer(text):
-        if m.group("alone") is None:
-            spans.append(m.span())
-        else:
-            spans.append((m.start(), _first_after(blanks, m.end(), len(text))))
-    ends = [m.start() for m in _REPORT_END.finditer(text)]
-    for m in _REPORTED.finditer(text):
-        spans.append((m.start(), _first_after(ends, m.end(), len(text))))
-    said_at = [m.start() for m in _SAID_WORD.finditer(text)]
-    spans += [m.span() for m in _QUOTE.finditer(text) if _attributed(text, *m.span(), said_at)]
+    marked = {s for s, _ in spans}
+    for m in [*_ROLE_LINE.finditer(text), *_MAIL_INTRO.finditer(text),
+              *_MAIL_HEADERS.finditer(text)]:
+        spans.append((m.start(), block_end(m.end())))
+
+    quotes = {m.start(): m.end() for m in _QUOTE.finditer(text)}
+    single_ends = [m.end() for m in _SINGLE_CLOSE.finditer(text)]
+    ends = [m.end() for m in _REPORT_END.finditer(text)]
+    quoted = set()
+    for a, b in _near_verbs(text):
+        for m in _ATTRIBUTION.finditer(text, a, min(b, n)):
+            if m.group("quote") is not None:
+                o = m.end()
+                if text[o] in "\"“":
+                    close = quotes.get(o)
+                else:  # a single quote: to its closing quote, in the paragraph
+                    close = _first_after(single_ends, o + 2, n + 1)
+                    if close > _first_after(blanks, o, n):
+                        close = None
+                if close is not None:
+                    quoted.add(o)
+                    spans.append((m.start(), close))
+                    continue
+            if m.group("label") is not None:
+                spans.append((m.start(), block_end(m.end())))
+            else:
+                spans.append((m.start(), _first_after(ends, m.end(), n)))
+    for start, end in quotes.items():
+        if start in quoted:
+            continue
+        after = _SAID_AFTER.match(text, end)
+        if after and (after.group("speaker_first") is None or after.group("comma")
+                      or text[end - 2] == ","):
+            spans.append((start, end))
     merged: list[tuple[int, int]] = []
     for s, e in sorted(spans):
         if merged and s <= merged[-1][1]:
@@ -157,6 +223,37 @@ def starts_in(spans: list[tuple[int, int]], pos: int) -> bool:
     ...".)"""
     i = bisect.bisect_right(spans, (pos, float("inf")))  # the spans that start at or before POS
     return i > 0 and spans[i - 1][1] > pos
+
+
+def own_clauses(text: str, spans: list[tuple[int, int]], start: int,
+                end: int) -> list[tuple[int, int]]:
+    """The user's own clauses of the sentence text[start:end] that words of someone else's
+    (SPANS: :func:`others_words`) interrupt: each part of it outside SPANS that a clause
+    boundary sets off from them, a ";" ending it before them ("Always answer briefly; my
+    manager told me I ramble ...") or the user resuming after them (:data:`_RESUME`: "The
+    doctor told me to avoid sugar, so please never suggest desserts."), without that
+    punctuation. A part set off by a comma only is not a clause of its own ("When I ask
+    about recipes, the article I read says to use imperial units.")."""
+    i = bisect.bisect_right(spans, (start, float("inf")))
+    i = i - 1 if i > 0 and spans[i - 1][1] > start else i
+    out = []
+    pos = start
+    while pos < end:
+        nxt = spans[i] if i < len(spans) and spans[i][0] < end else None
+        stop = nxt[0] if nxt else end
+        if stop > pos:
+            part = text[pos:stop]
+            after_others = pos > start or (i > 0 and spans[i - 1][1] == start)
+            resumes = after_others and _RESUMES.match(text, pos)
+            if resumes or (nxt and part.rstrip().endswith(";")):
+                lead = len(part) - len(part.lstrip(" \t,;"))
+                part = part.rstrip(" \t;")
+                if len(part) > lead:
+                    out.append((pos + lead, pos + len(part)))
+        if nxt is None:
+            break
+        pos, i = nxt[1], i + 1
+    return out
 
 
 def in_others_words(text: str, start: int, end: int) -> bool:
