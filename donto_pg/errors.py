@@ -190,8 +190,6 @@ def explain(exc: BaseException) -> Explained | None:
         name = exc.filename or _first_line(str(exc))
         return Explained(_lines(InputError(f"{name}: permission denied",
                                            fix="run as a user who may read (or write) it")))
-    if isinstance(exc, Terminated):
-        return Explained(["terminated (SIGTERM)"], 143)
     if isinstance(exc, KeyboardInterrupt):
         return Explained(["interrupted"], 130)
     return None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 from donto_pg.core.spans import carried_spans
 from donto_pg.core.transcript import append_rows, dates_going_back, repeated_turn_ids
+from donto_pg.server.revision import revision_body
 
 
 def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
@@ -31,13 +33,18 @@ def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
     return [(text, json.dumps(rows, ensure_ascii=False))]
 
 
-
 def spans_in(plpy, old_rev: int, new_rev: int, starts: list[int], ends: list[int]
              ) -> list[tuple]:
     """Where the text of each span (STARTS[i], ENDS[i]) of revision OLD_REV stands in
     revision NEW_REV, a changed text of the same conversation: rows (i, start, end), i
     from 1 (:func:`donto_pg.core.spans.carried_spans`)."""
-    plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
-    old, new = (plpy.execute(plan, [rev])[0]["body"] for rev in (old_rev, new_rev))
-    spans = list(zip(starts, ends, strict=True))
-    return [(i + 1, s, e) for i, s, e in carried_spans(old, new, spans)]
+    return list(_spans_in(plpy, old_rev, new_rev, tuple(zip(starts, ends, strict=True))))
+
+
+# Revisions are immutable, and every block of a changed conversation that is ingested asks
+# the same question of the same two revisions: the diff is made once per backend.
+@functools.lru_cache(maxsize=16)
+def _spans_in(plpy, old_rev: int, new_rev: int, spans: tuple[tuple[int, int], ...]
+              ) -> tuple[tuple[int, int, int], ...]:
+    old, new = revision_body(plpy, old_rev), revision_body(plpy, new_rev)
+    return tuple((i + 1, s, e) for i, s, e in carried_spans(old, new, spans))
