@@ -390,3 +390,30 @@ def test_a_writers_default_selection_is_its_own_documents(db, logins):
     got = extract.resolve_revisions(w)
     assert mine in got and theirs not in got
     assert theirs in extract.resolve_revisions(db)
+
+
+def test_a_writer_cannot_run_the_forgetting_helpers_itself(db, logins):
+    """The helpers that carry retractions (donto._carry_retractions, _reconcile_claims) run
+    as the caller and insert into donto.retraction; only the definers call them, as the
+    owner, after their checks. A writer calling one directly to retract another login's
+    statements is refused by the table's privileges, and retracts nothing."""
+    from donto_pg import api
+
+    rev = api.add_conversation(db, [{"role": "user", "content": "I live in Oslo.",
+                                     "timestamp": "2024-05-01"}], "chat:owner/keep",
+                               embed=False)
+    ctx = db.execute("select context_id from donto.context where iri = "
+                     "donto.recall_context_iri('chat:owner/keep')").fetchone()[0]
+    before = db.execute("select count(*) from donto.retraction").fetchone()[0]
+    db.commit()
+    _, as_mallory = logins()
+    m = as_mallory()
+    for call, args in (("select donto._carry_retractions(%s, %s)", (ctx, rev)),
+                       ("select donto._reconcile_claims(%s)", (0,)),
+                       ("select * from donto._spans_in(%s, %s, array[0], array[5])",
+                        (rev, rev))):
+        with pytest.raises(errors.InsufficientPrivilege):
+            m.execute(call, args)
+        m.rollback()
+    assert db.execute("select count(*) from donto.retraction").fetchone()[0] == before
+    db.commit()
