@@ -31,9 +31,11 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 
 PG_BIN = Path(os.environ.get("DONTO_PG_BIN", "/usr/lib/postgresql/15/bin"))
 SUPERUSER = "donto"
@@ -75,6 +77,57 @@ SERVER_SETTINGS = {
 
 class ClusterError(RuntimeError):
     """The embedded cluster could not be created, started or reached."""
+
+
+# What the server's processes inherit: nothing of the caller's environment but these (an
+# API key or PGPASSWORD in root's environment is not the postgres OS user's to read, nor
+# SQL's through /proc or PL/Python's os.environ).
+SERVER_ENV_KEEP = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                   "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _server_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k in SERVER_ENV_KEEP or k.startswith("LC_")}
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false"})
+    return env
+
+
+MAX_CONF_CHARS = 1 << 16  # ours are a few hundred; a longer file is someone else's
+
+
+def _read_own_file(path: Path) -> str | None:
+    """PATH's text if it is a regular file, without following a symlink (the server's OS
+    user could point one at a FIFO, or /dev/zero, to hang a root process); else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # missing, or a symlink (ELOOP)
+        return None
+    with os.fdopen(fd) as fh:
+        if not S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        return fh.read(MAX_CONF_CHARS)
+
+
+def _replace_file(path: Path, text: str, uid: int, gid: int) -> None:
+    """Write PATH (mode 0600, owned by UID:GID) through a new temporary file beside it.
+
+    As root this writes into a directory the server's OS user owns, so nothing may follow
+    a symlink that user put there: the temporary file is created exclusively (O_EXCL,
+    O_NOFOLLOW, a random name), its owner and mode are set through the descriptor, and
+    rename replaces PATH itself, never a file it points to."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.donto-")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            os.fchmod(fh.fileno(), 0o600)
+            os.fchown(fh.fileno(), uid, gid)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def default_home() -> Path:
@@ -169,13 +222,9 @@ class Cluster:
         changed = False
         for name, text in files.items():
             path = self.datadir / name
-            if path.exists() and path.read_text() == text:
+            if _read_own_file(path) == text:
                 continue
-            tmp = path.with_name(name + ".donto-new")
-            tmp.write_text(text)
-            tmp.chmod(0o600)
-            os.chown(tmp, stat.st_uid, stat.st_gid)
-            tmp.replace(path)
+            _replace_file(path, text, stat.st_uid, stat.st_gid)
             changed = True
         return changed
 
@@ -183,9 +232,7 @@ class Cluster:
     def _run(self, args: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         user = _server_user()
         cmd = ["runuser", "-u", user, "--", *args] if user else args
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_server_env())
         if check and proc.returncode != 0:
             raise ClusterError(
                 f"{Path(args[0]).name} failed (exit {proc.returncode}): "
@@ -194,8 +241,19 @@ class Cluster:
         return proc
 
     def _make_home(self) -> None:
+        """Create DONTO_HOME, or check one that exists: it must be ours and a directory, and
+        only we may write in it (its mode is set again). Everything donto-pg does as root
+        in it (mkdir, chown, chmod) trusts that nobody else can put a symlink there."""
         # as root the server's user (postgres) must traverse it; else it is ours alone
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if _server_user() else 0o700)
+        mode = 0o755 if _server_user() else 0o700
+        self.home.mkdir(parents=True, exist_ok=True, mode=mode)
+        st = os.lstat(self.home)
+        if not S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise ClusterError(
+                f"{self.home} belongs to the OS user {_user_name(st.st_uid)!r}, not "
+                f"{_user_name(os.geteuid())!r}, or is not a directory: DONTO_HOME must be a "
+                "directory of the OS user that runs donto-pg")
+        os.chmod(self.home, mode)
 
     def _prepare_dirs(self) -> None:
         user = _server_user()
@@ -210,8 +268,12 @@ class Cluster:
                 shutil.chown(d, user, user)
         self.datadir.chmod(0o700)
         self.sockdir.chmod(0o700)  # root reaches it anyway; nobody else may
-        with contextlib.suppress(FileNotFoundError):  # a running server's socket, made by
-            (self.sockdir / f".s.PGSQL.{PORT}").chmod(0o700)  # an older version 0777
+        sock = self.sockdir / f".s.PGSQL.{PORT}"  # a running server's socket, made by an
+        if user:  # older version 0777; the server's user may have put a symlink there:
+            self._run(["chmod", "-f", "0700", str(sock)], check=False)  # chmod as that user
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                sock.chmod(0o700)
         self.logfile.touch(mode=0o600, exist_ok=True)
         self.logfile.chmod(0o600)
         if user:

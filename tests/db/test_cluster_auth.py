@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import time
 import uuid
@@ -19,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from donto_pg.cluster import PORT, Cluster
+from donto_pg.cluster import PORT, Cluster, ClusterError
 from tests.conftest import run_cli_as
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as other OS users")
@@ -193,3 +194,97 @@ def test_a_users_own_cluster_admits_that_user_and_root_only(tmp_path: Path) -> N
     finally:
         run_cli_as("db", "stop", env=env, user="nobody")
         shutil.rmtree(home, ignore_errors=True)
+
+
+def as_postgres(*args: str) -> None:
+    """A command as the server's OS user: what SQL as the superuser can also do
+    (COPY ... TO PROGRAM runs as that user)."""
+    subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True, cwd="/",
+                   capture_output=True)
+
+
+def root_file(name: str) -> Path:
+    victim = Path("/tmp") / f"donto-victim-{name}-{uuid.uuid4().hex[:8]}"
+    victim.write_text("root's own file\n")
+    victim.chmod(0o644)
+    return victim
+
+
+def untouched(victim: Path) -> bool:
+    st = victim.lstat()
+    return (st.st_uid, st.st_mode & 0o7777, victim.read_text()) == (0, 0o644,
+                                                                    "root's own file\n")
+
+
+def test_root_writes_nothing_through_a_symlink_the_server_user_planted(
+        root_cluster: Cluster) -> None:
+    """The server's OS user owns pgdata and the socket directory. It plants symlinks where
+    root writes (the old temporary names, the managed files, the socket) and makes root
+    rewrite them; root's files keep their owner, mode and text (with the old code root
+    wrote pg_hba.conf into them and gave them to postgres: a way to root)."""
+    data = root_cluster.datadir
+    victims = {n: root_file(n) for n in ("new", "ident", "sock")}
+    try:
+        for name in ("pg_hba.conf", "pg_ident.conf"):
+            as_postgres("ln", "-sf", str(victims["new"]), str(data / f"{name}.donto-new"))
+        as_postgres("sh", "-c", f"echo '# changed' >> {data}/pg_hba.conf")
+        as_postgres("ln", "-sf", str(victims["ident"]), str(data / "pg_ident.conf"))
+        assert root_cluster.start() is False  # running: rewrites both files, reloads
+        root_cluster.stop()
+        as_postgres("ln", "-sf", str(victims["sock"]),
+                    str(root_cluster.sockdir / f".s.PGSQL.{PORT}"))
+        assert root_cluster.start() is True
+        for name, victim in victims.items():
+            assert untouched(victim), name
+        for name in ("pg_hba.conf", "pg_ident.conf"):
+            st = (data / name).lstat()
+            assert stat.S_ISREG(st.st_mode) and st.st_mode & 0o777 == 0o600, name
+            assert (data / name).owner() == "postgres", name
+        assert "trust" not in (data / "pg_hba.conf").read_text()
+        assert as_root(root_cluster, "select 1") == (1,)
+        assert refused(psql_as("nobody", root_cluster.sockdir, "donto"), "Permission denied")
+    finally:
+        for victim in victims.values():
+            victim.unlink()
+
+
+def test_the_server_does_not_inherit_roots_environment(
+        root_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An API key in the environment of root's donto-pg is not handed to the postgres OS
+    user's processes (nor to SQL: PL/Python reads os.environ, a superuser reads /proc)."""
+    monkeypatch.setenv("DONTO_TEST_API_KEY", "sk-not-for-postgres")
+    monkeypatch.setenv("PGPASSWORD", "not-for-postgres-either")
+    root_cluster.stop()
+    assert root_cluster.start() is True
+    pid = int((root_cluster.datadir / "postmaster.pid").read_text().split()[0])
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert not [e for e in env if e.startswith((b"DONTO_TEST_API_KEY=", b"PGPASSWORD="))]
+    assert b"HF_HUB_OFFLINE=1" in env
+
+
+def test_root_refuses_a_home_that_another_os_user_owns() -> None:
+    """DONTO_HOME made by someone else (here nobody, in /tmp) lets them plant a symlink
+    where root makes the cluster's directories: root refuses it before touching anything.
+    A home of root's that others may write in is closed again (0755)."""
+    home = Path("/tmp") / f"donto-squat-{uuid.uuid4().hex[:8]}"
+    victim_dir = Path("/tmp") / f"donto-victim-dir-{uuid.uuid4().hex[:8]}"
+    victim_dir.mkdir(mode=0o755)
+    try:
+        home.mkdir(mode=0o755)
+        shutil.chown(home, "nobody")
+        subprocess.run(["runuser", "-u", "nobody", "--", "ln", "-s", str(victim_dir),
+                        str(home / "run")], check=True, cwd="/")
+        with pytest.raises(ClusterError, match="belongs to the OS user 'nobody'"):
+            Cluster(home, settings=SMALL).start()
+        st = victim_dir.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (0, 0o755)
+        assert not (home / "pgdata").exists()
+
+        shutil.chown(home, "root")
+        (home / "run").unlink()
+        home.chmod(0o777)
+        Cluster(home, settings=SMALL)._make_home()
+        assert home.stat().st_mode & 0o777 == 0o755
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(victim_dir, ignore_errors=True)
