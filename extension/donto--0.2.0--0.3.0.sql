@@ -2007,6 +2007,10 @@ login can write donto rows (the owner, a superuser or a donto_writer; a donto_re
 open transaction holds nothing back), or the present (clock_timestamp()) when there is
 none; the caller's own transaction is the caller's to see. Security definer: pg_stat_activity shows another role's transaction
 start only to a superuser or a member of pg_read_all_stats.
+A prepared transaction (PREPARE TRANSACTION, when max_prepared_transactions > 0) of such a
+login is not in pg_stat_activity and its start time is known nowhere: while one is pending
+in this database the horizon is -infinity (nothing past is settled until it is committed
+or rolled back).
 */
 declare
     v_now timestamptz := pg_catalog.clock_timestamp();
@@ -2027,6 +2031,15 @@ begin
           -- role its login is not a member of)
           and (pg_catalog.pg_has_role(a.usesysid, 'donto_writer', 'MEMBER')
                or pg_catalog.pg_has_role(a.usesysid, v_owner, 'MEMBER'));
+    if exists (
+        select from pg_catalog.pg_prepared_xacts as x
+        inner join pg_catalog.pg_roles as r on x.owner = r.rolname
+        where x.database = pg_catalog.current_database()
+              and (pg_catalog.pg_has_role(r.oid, 'donto_writer', 'MEMBER')
+                   or pg_catalog.pg_has_role(r.oid, v_owner, 'MEMBER'))
+    ) then
+        return '-infinity';
+    end if;
     return least(v_now, v_oldest);
 end;
 $$;
@@ -2058,6 +2071,14 @@ begin
                          'present without as_of.';
     end if;
     v_horizon := donto.as_of_horizon();
+    if v_horizon = '-infinity' then
+        raise exception '%: transaction time % is not settled yet: a prepared transaction of '
+            'a login that can write donto rows is pending, and its start is not known',
+            p_function, p_tx
+            using errcode = '55000',
+                  hint = 'COMMIT PREPARED or ROLLBACK PREPARED it (pg_prepared_xacts), then '
+                         'ask again; or ask for the present without as_of.';
+    end if;
     if p_tx >= v_horizon then
         raise exception '%: transaction time % is not settled yet: a transaction that began '
             'at % is still running and may still add or retract facts stamped then',

@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "beam"
 TEST_HOME = Path(os.environ.get("DONTO_TEST_HOME", f"/tmp/donto-pg-tests-{os.getuid()}"))
 CLUSTER = Cluster(TEST_HOME, settings={"fsync": "off", "synchronous_commit": "off",
-                                       "full_page_writes": "off"})
+                                       "full_page_writes": "off",
+                                       # test_accountability prepares transactions
+                                       "max_prepared_transactions": "4"})
 
 
 SESSIONS = TEST_HOME / "sessions"

@@ -311,6 +311,51 @@ def test_as_of_refuses_a_time_a_running_transaction_can_still_change(db, logins)
     mine.rollback()
 
 
+def test_as_of_refuses_every_past_time_while_a_writers_prepared_transaction_is_pending(
+        db, logins):
+    """A prepared transaction is not in pg_stat_activity, and its start (the tx_from of
+    what it wrote) is known nowhere: while a writer's is pending no past time is settled.
+    Before, the horizon ignored it and an answer moved after COMMIT PREPARED."""
+    assert db.execute("show max_prepared_transactions").fetchone()[0] != "0"
+    (sid,) = chunk_statements(db, "test:acct/prepared", 1)
+    writer, as_writer = logins()
+    give(db, "test:acct/prepared", writer)
+    reader, as_reader = logins("donto_reader")
+    r = as_reader(autocommit=True)
+    gid = f"donto-test-{writer}"
+    w = as_writer(autocommit=True)
+    try:
+        w.execute("begin")
+        w.execute("select donto.retract(%s, 'prepared')", (sid,))
+        time.sleep(0.05)
+        w.execute(f"prepare transaction '{gid}'")
+        time.sleep(0.05)
+        asked = r.execute("select clock_timestamp()").fetchone()[0]
+        assert r.execute("select donto.as_of_horizon() = '-infinity'").fetchone()[0]
+        with pytest.raises(errors.ObjectNotInPrerequisiteState,
+                           match="a prepared transaction of a login that can write"):
+            r.execute("select count(*) from donto.statements_as_of(%s) "
+                      "where statement_id = %s", (asked, sid))
+        w.execute(f"commit prepared '{gid}'")
+        gid = None
+        # answered only now, and the answer is the one that stays
+        assert r.execute("select count(*) from donto.statements_as_of(%s) "
+                         "where statement_id = %s", (asked, sid)).fetchone()[0] == 0
+        # a reader's prepared transaction holds nothing back: it cannot write
+        rgid = f"donto-test-{reader}"
+        idle = as_reader(autocommit=True)
+        idle.execute("begin")
+        idle.execute("select 1")
+        idle.execute(f"prepare transaction '{rgid}'")
+        try:
+            assert r.execute("select donto.as_of_horizon() > %s", (asked,)).fetchone()[0]
+        finally:
+            idle.execute(f"rollback prepared '{rgid}'")
+    finally:
+        if gid is not None:  # ROLLBACK PREPARED runs outside a transaction block
+            as_writer(autocommit=True).execute(f"rollback prepared '{gid}'")
+
+
 # -- 5. a writer cannot lower the index bound -------------------------------------------------
 
 def test_a_writer_cannot_make_the_owner_index_every_small_context(db, logins):
