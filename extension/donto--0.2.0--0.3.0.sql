@@ -1644,6 +1644,8 @@ Record the turn table of a revision from a JSON array of
 {seq, turn_id, role, session, exchange, date, header_start, char_start, char_end, meta}.
 Spans must lie inside the body, in order and without overlap; seq runs 0..n-1.
 Idempotent: recording the same table again returns its size; a different one is refused.
+A turn dated before a turn before it in its session is kept, with one NOTICE naming the
+first few (donto._turns_dated_back; of an extended revision, only its new turns).
 Only the login that registered the revision, or the schema's owner, records a new table
 (42501).
 */
@@ -1654,6 +1656,8 @@ declare
     v_bad text;
     v_login text;
     v_may boolean;
+    v_since integer;
+    v_note text;
 begin
     select r.body_chars, r.login_role into v_len, v_login
     from donto.revision as r where r.revision_id = p_revision_id;
@@ -1740,6 +1744,22 @@ begin
     select p_revision_id, t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
            t.header_start, t.char_start, t.char_end, t.meta
     from donto._turn_rows(p_turns) as t;
+    -- Turns dated before a turn before them in their session are kept (the conversation's
+    -- order decides what supersedes what), with one NOTICE per table: of its new turns,
+    -- those after the turns of the revision it extends (donto.extend_revision links it
+    -- first), which were noticed when they were stored.
+    select pg_catalog.count(*)::integer into v_since
+    from donto.revision_extension as x
+    inner join donto.turn as t on x.extends_revision_id = t.revision_id
+    where x.revision_id = p_revision_id;
+    select donto._turns_dated_back(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'turn_id', t.turn_id, 'session', t.session, 'date', t.time_anchor)
+               order by t.seq), v_since)
+    into v_note
+    from donto._turn_rows(p_turns) as t;
+    if v_note is not null then
+        raise notice 'donto.record_turns: revision %: %', p_revision_id, v_note;
+    end if;
     return v_n;
 end;
 $$;
@@ -7481,6 +7501,21 @@ comment on function donto._render_turns(jsonb, integer, jsonb) is
 'The canonical text (donto_pg.core.transcript) of messages appended after a body, and their '
 'turn '
 'table rows (spans in the whole body).';
+
+create or replace function donto._turns_dated_back(p_turns jsonb, p_since integer)
+returns text
+language plpython3u
+immutable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].append.turns_dated_back(plpy, p_turns, p_since)
+$py$;
+
+comment on function donto._turns_dated_back(jsonb, integer) is
+'What donto.record_turns notices of a turn table ({turn_id, session, date} rows in order): '
+'its turns from position P_SINCE on dated before a turn before them in their session, by day '
+'(null: none).';
 
 create or replace function donto._latest_revision(p_document_id bigint)
 returns bigint
