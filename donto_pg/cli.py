@@ -511,8 +511,11 @@ def add(
         conn.commit()
         if chat:
             messages = api.read_chat_file(path)
-            rev = api.add_conversation(conn, messages, iri, embed=not no_embed, model=model)
+            with loader.notices(conn) as warnings:
+                rev = api.add_conversation(conn, messages, iri, embed=not no_embed,
+                                           model=model)
         else:
+            warnings = []
             try:
                 body = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no text
             except UnicodeDecodeError as exc:
@@ -521,10 +524,12 @@ def add(
         other = loader.registered_by_another(conn, rev)
         sup = loader.supersession(conn, rev, before)
     if other:
-        typer.echo(f"warning: {other}", err=True)
+        warnings.append(other)
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
     answering = sup.pop("answering_revision")
     data = {"document": iri, "revision_id": rev, "kind": "conversation" if chat else "text",
-            "superseded": sup, "answering_revision": answering}
+            "superseded": sup, "answering_revision": answering, "warnings": warnings}
     if chat:
         data["messages"] = len(messages)
     line = f"added {iri}: revision {rev} (" + (

@@ -23,12 +23,16 @@ from donto_pg.core import encoder
 from donto_pg.db import register_vector_if_present
 from donto_pg.errors import InputError
 
+# The chunks without a vector for the model that recall can read: a retracted chunk
+# (forgotten by hand, superseded by a longer or changed text) is left out, recalled by
+# no one, and what was forgotten is never turned into a vector.
 PENDING = """
 select m.statement_id, s.object_lit ->> 'v'
 from donto.x_memory_record as m
 join donto.statement as s using (statement_id)
 where not exists (select 1 from donto.embedding as e
                   where e.statement_id = m.statement_id and e.model_id = %(model)s)
+  and not exists (select 1 from donto.retraction as r where r.statement_id = m.statement_id)
   and (%(anyone)s or donto._may_embed(s.login_role, s.document_id, s.context_id))
   and (%(context)s::text is null
        or s.context_id = (select context_id from donto.context where iri = %(context)s))
@@ -143,18 +147,20 @@ def count_pending(conn: psycopg.Connection, model_id: int, context: str | None =
 
 def unembedded(conn: psycopg.Connection, context: str) -> tuple[int, int, int]:
     """What ``donto-pg embed`` still has to do in CONTEXT for the model recall uses by
-    default (``donto.embedding_model_id()``): its chunks without a vector, all its chunks,
-    and its standing statements in force without a vector (the standing block leaves them
-    out)."""
+    default (``donto.embedding_model_id()``): its chunks in force (not retracted) without
+    a vector, all its chunks in force, and its standing statements in force without a
+    vector (the standing block leaves them out). Retracted ones are nothing to do: embed
+    leaves them out as recall does."""
     (model_id,) = conn.execute("select donto.embedding_model_id()").fetchone()
     total = conn.execute(
         "select count(*) from donto.x_memory_record as m "
         "join donto.statement as s using (statement_id) "
-        "where s.context_id = (select context_id from donto.context where iri = %s)",
+        "where s.context_id = (select context_id from donto.context where iri = %s) "
+        "and not exists (select 1 from donto.retraction as r "
+        "where r.statement_id = m.statement_id)",
         (context,)).fetchone()[0]
     standing = conn.execute(
-        f"select count(*) from ({STANDING_PENDING}) as p where not exists "
-        "(select 1 from donto.retraction as r where r.statement_id = p.statement_id)",
+        f"select count(*) from ({STANDING_PENDING}) as p",
         {"model": model_id, "context": context, "anyone": True}).fetchone()[0]
     return count_pending(conn, model_id, context, anyone=True), total, standing
 
@@ -218,13 +224,16 @@ def embed_pending(conn: psycopg.Connection, model: str | None = None, *, batch: 
                        sc.get("reused", 0))
 
 
-# The standing statements of the context (null: all) that have no vector of the kind
-# asked for: of the statement (STANDING_PENDING) or of its condition (CONDITIONS_PENDING).
+# The standing statements of the context (null: all) in force (not retracted: forgotten,
+# or superseded by newer rules or a changed text) that have no vector of the kind asked
+# for: of the statement (STANDING_PENDING) or of its condition (CONDITIONS_PENDING).
 _STANDING_OF = """
 from donto.x_standing as x
 inner join donto.statement as s on s.statement_id = x.statement_id
 where not exists (select 1 from donto.{table} as v
                   where v.statement_id = x.statement_id and v.model_id = %(model)s)
+      and not exists (select 1 from donto.retraction as r
+                      where r.statement_id = x.statement_id)
       and (%(anyone)s or donto._may_embed(s.login_role, s.document_id, s.context_id))
       and (%(context)s::text is null or x.revision_id in (
           select p.revision_id from donto.projection as p
@@ -305,11 +314,28 @@ def embed_standing_conditions(conn: psycopg.Connection, model: str | None, model
                            batch=batch, counts=counts)
 
 
+# The recall keys without a vector for the model that recall can read
+# (donto._recall_keys): not of a projection a changed conversation superseded, and
+# standing for a chunk that is not retracted (the chunk of their projection holding the
+# turn's header, not superseded by a longer text). A key left out now is asked about again
+# on the next run (its conversation may grow past the window that hid it).
 KEYS_PENDING = """
 select k.key_id, k.key_text
 from donto.x_turn_key as k
 where not exists (select 1 from donto.x_turn_key_vector as v
                   where v.key_id = k.key_id and v.model_id = %(model)s)
+      and not exists (select 1 from donto.projection_superseded as ps
+                      where ps.projection_id = k.projection_id)
+      and exists (
+          select 1 from (
+              select m.statement_id from donto.x_memory_record as m
+              where m.projection_id = k.projection_id and m.char_start <= k.header_start
+                    and not exists (select 1 from donto.projection_extension as pe
+                                    where pe.superseded_statement_id = m.statement_id)
+              order by m.char_start desc, m.statement_id desc
+              limit 1) as hm
+          where not exists (select 1 from donto.retraction as rt
+                            where rt.statement_id = hm.statement_id))
       and donto._may_embed(k.login_role, (select r.document_id from donto.revision as r
                                           where r.revision_id = k.revision_id), null)
       and (%(context)s::text is null or k.projection_id in (

@@ -14,7 +14,8 @@ creates nothing new.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import psycopg
@@ -105,6 +106,29 @@ def extends_latest(conn: psycopg.Connection, iri: str, body: str,
     return bool(row and row[0])
 
 
+# The NOTICEs of the database that a load passes on as warnings: a turn table with turns
+# dated before a turn before them in their session (donto.record_turns; an append's too).
+WARNED_BY = ("donto.record_turns:", "donto.append_turns:")
+
+
+@contextmanager
+def notices(conn: psycopg.Connection) -> Iterator[list[str]]:
+    """The NOTICEs (of :data:`WARNED_BY`) that the database sends CONN inside the block,
+    gathered into the list it yields, in order, to be said as warnings."""
+    heard: list[str] = []
+
+    def hear(d: psycopg.errors.Diagnostic) -> None:
+        msg = d.message_primary or ""
+        if d.severity_nonlocalized == "NOTICE" and msg.startswith(WARNED_BY):
+            heard.append(msg)
+
+    conn.add_notice_handler(hear)
+    try:
+        yield heard
+    finally:
+        conn.remove_notice_handler(hear)
+
+
 def last_retraction(conn: psycopg.Connection) -> int:
     """The id of the latest retraction (0: none), to tell a later call's from earlier ones."""
     return conn.execute("select coalesce(max(retraction_id), 0) from donto.retraction"
@@ -182,6 +206,7 @@ class Recorded:
     standing: int = 0
     registered_by_another: str | None = None  # a warning: the revision is another login's
     answering_revision: int | None = None  # the document's revision recall answers from
+    notices: list[str] = field(default_factory=list)  # the database's (:func:`notices`)
 
 
 def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: str,
@@ -195,7 +220,7 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
     body, spans = beam.format_chat(conv)
     check_body(body, conv.source or iri)
     rows = turn_rows(spans)
-    with conn.transaction():
+    with notices(conn) as heard, conn.transaction():
         existed = conn.execute(
             "select 1 from donto.revision as r join donto.document as d using (document_id) "
             "where d.iri = %s and r.sha256 = sha256(convert_to(%s, 'UTF8'))",
@@ -226,7 +251,7 @@ def record_conversation(conn: psycopg.Connection, conv: beam.Conversation, iri: 
             "select donto._latest_revision(document_id) from donto.revision "
             "where revision_id = %s", (rev,)).fetchone()[0]
     return Recorded(rev, new, len(body), turns, questions, chunks, appended,
-                    standing, other, answering)
+                    standing, other, answering, list(heard))
 
 
 def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
@@ -244,6 +269,7 @@ def load_conversation(conn: psycopg.Connection, conv: beam.Conversation,
         res.revision_id, res.new_revision, res.chars = rec.revision_id, rec.new_revision, rec.chars
         res.turns, res.questions, res.chunks = rec.turns, rec.questions, rec.chunks
         res.appended, res.standing = rec.appended, rec.standing
+        res.warnings.extend(rec.notices)
         if rec.registered_by_another:
             res.warnings.append(rec.registered_by_another)
         res.answering_revision = rec.answering_revision

@@ -2169,6 +2169,8 @@ Record the turn table of a revision from a JSON array of
 {seq, turn_id, role, session, exchange, date, header_start, char_start, char_end, meta}.
 Spans must lie inside the body, in order and without overlap; seq runs 0..n-1.
 Idempotent: recording the same table again returns its size; a different one is refused.
+A turn dated before a turn before it in its session is kept, with one NOTICE naming the
+first few (donto._turns_dated_back; of an extended revision, only its new turns).
 Only the login that registered the revision, or the schema's owner, records a new table
 (42501).
 */
@@ -2179,6 +2181,8 @@ declare
     v_bad text;
     v_login text;
     v_may boolean;
+    v_since integer;
+    v_note text;
 begin
     select r.body_chars, r.login_role into v_len, v_login
     from donto.revision as r where r.revision_id = p_revision_id;
@@ -2265,6 +2269,22 @@ begin
     select p_revision_id, t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
            t.header_start, t.char_start, t.char_end, t.meta
     from donto._turn_rows(p_turns) as t;
+    -- Turns dated before a turn before them in their session are kept (the conversation's
+    -- order decides what supersedes what), with one NOTICE per table: of its new turns,
+    -- those after the turns of the revision it extends (donto.extend_revision links it
+    -- first), which were noticed when they were stored.
+    select pg_catalog.count(*)::integer into v_since
+    from donto.revision_extension as x
+    inner join donto.turn as t on x.extends_revision_id = t.revision_id
+    where x.revision_id = p_revision_id;
+    select donto._turns_dated_back(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'turn_id', t.turn_id, 'session', t.session, 'date', t.time_anchor)
+               order by t.seq), v_since)
+    into v_note
+    from donto._turn_rows(p_turns) as t;
+    if v_note is not null then
+        raise notice 'donto.record_turns: revision %: %', p_revision_id, v_note;
+    end if;
     return v_n;
 end;
 $$;
@@ -4986,8 +5006,10 @@ as $$
 /*
 Move the vectors the caller staged (binary COPY into its own temp table
 _donto_embedding_stage(statement_id, embedding)) into donto.embedding for one
-model. Vectors that already exist are skipped (resumable); a wrong dimension or
-a statement that is not a recall chunk is refused. Returns the rows added.
+model. Vectors that already exist are skipped (resumable), and so are those of
+chunks retracted by now (recall reads none; what was forgotten while the caller
+encoded is not stored); a wrong dimension or a statement that is not a recall
+chunk is refused. Returns the rows added.
 SECURITY INVOKER: it reads the caller's own temp table with the caller's rights
 (donto_writer may INSERT into donto.embedding, checked by donto._check_embeddings);
 a definer must never read what a caller can create.
@@ -5014,6 +5036,9 @@ begin
     insert into donto.embedding (statement_id, model_id, embedding)
     select st.statement_id, p_model_id, st.embedding
     from pg_temp._donto_embedding_stage as st
+    -- retracted since the caller read it (forgotten while it encoded): no vector
+    where not exists (select 1 from donto.retraction as rt
+                      where rt.statement_id = st.statement_id)
     on conflict (statement_id, model_id) do nothing;
     get diagnostics v_n = row_count;
     return v_n;
@@ -8023,6 +8048,21 @@ comment on function donto._render_turns(jsonb, integer, jsonb) is
 'turn '
 'table rows (spans in the whole body).';
 
+create or replace function donto._turns_dated_back(p_turns jsonb, p_since integer)
+returns text
+language plpython3u
+immutable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].append.turns_dated_back(plpy, p_turns, p_since)
+$py$;
+
+comment on function donto._turns_dated_back(jsonb, integer) is
+'What donto.record_turns notices of a turn table ({turn_id, session, date} rows in order): '
+'its turns from position P_SINCE on dated before a turn before them in their session, by day '
+'(null: none).';
+
 create or replace function donto._latest_revision(p_document_id bigint)
 returns bigint
 language sql
@@ -9581,7 +9621,8 @@ of every revision) that has no vector for MODEL (null: the default model;
 registered, see donto.embedding_model_id), for recall's standing slots, and the
 condition of each that names one (donto._standing_condition). Returns how many
 statement vectors were added; a second call adds none. A session that is not the
-owner's embeds only the statements its own login filed (donto._may_embed).
+owner's embeds only the statements its own login filed (donto._may_embed). A
+retracted statement (forgotten, or superseded) is not embedded: recall reads none.
 */
 declare
     v_model integer := donto.embedding_model_id(model);
@@ -9598,6 +9639,8 @@ begin
               and donto._may_embed(s.login_role, s.document_id, s.context_id)
               and not exists (select 1 from donto.x_standing_vector as v
                               where v.statement_id = x.statement_id and v.model_id = v_model)
+              and not exists (select 1 from donto.retraction as rt
+                              where rt.statement_id = x.statement_id)
         order by x.statement_id
     loop
         insert into donto.x_standing_vector (statement_id, model_id, embedding)
@@ -9616,6 +9659,8 @@ begin
                     and not exists (
                         select 1 from donto.x_standing_condition_vector as v
                         where v.statement_id = x.statement_id and v.model_id = v_model)
+                    and not exists (select 1 from donto.retraction as rt
+                                    where rt.statement_id = x.statement_id)
         ) as c
         where c.cond is not null
         order by c.statement_id
@@ -9954,8 +9999,9 @@ as $$
 /*
 Store vectors (pgvector text, one per id) of standing statements P_IDS for
 model P_MODEL_ID, as a client that embeds itself computed them (donto-pg
-embed). Existing vectors are kept; an id that is not a standing statement, a
-wrong dimension or unequal array lengths are refused. Returns the rows added.
+embed). Existing vectors are kept, a retracted statement gets none; an id that
+is not a standing statement, a wrong dimension or unequal array lengths are
+refused. Returns the rows added.
 */
 declare
     v_dim integer;
@@ -9978,6 +10024,8 @@ begin
     insert into donto.x_standing_vector (statement_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
     from unnest(p_ids, p_vectors) as u (id, v)
+    -- retracted since the caller read it (forgotten while it encoded): no vector
+    where not exists (select 1 from donto.retraction as rt where rt.statement_id = u.id)
     order by u.id
     on conflict (statement_id, model_id) do nothing;
     get diagnostics v_n = row_count;
@@ -10001,8 +10049,9 @@ as $$
 Store vectors (pgvector text, one per id) of the conditions of standing
 statements P_IDS (donto._standing_condition of their text) for model P_MODEL_ID,
 as a client that embeds itself computed them (donto-pg embed). Existing vectors
-are kept; an id that is not a standing statement naming a condition, a wrong
-dimension or unequal array lengths are refused. Returns the rows added.
+are kept, a retracted statement gets none; an id that is not a standing statement
+naming a condition, a wrong dimension or unequal array lengths are refused.
+Returns the rows added.
 */
 declare
     v_dim integer;
@@ -10030,6 +10079,8 @@ begin
     insert into donto.x_standing_condition_vector (statement_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
     from unnest(p_ids, p_vectors) as u (id, v)
+    -- retracted since the caller read it (forgotten while it encoded): no vector
+    where not exists (select 1 from donto.retraction as rt where rt.statement_id = u.id)
     order by u.id
     on conflict (statement_id, model_id) do nothing;
     get diagnostics v_n = row_count;

@@ -667,6 +667,8 @@ Record the turn table of a revision from a JSON array of
 {seq, turn_id, role, session, exchange, date, header_start, char_start, char_end, meta}.
 Spans must lie inside the body, in order and without overlap; seq runs 0..n-1.
 Idempotent: recording the same table again returns its size; a different one is refused.
+A turn dated before a turn before it in its session is kept, with one NOTICE naming the
+first few (donto._turns_dated_back; of an extended revision, only its new turns).
 Only the login that registered the revision, or the schema's owner, records a new table
 (42501).
 */
@@ -677,6 +679,8 @@ declare
     v_bad text;
     v_login text;
     v_may boolean;
+    v_since integer;
+    v_note text;
 begin
     select r.body_chars, r.login_role into v_len, v_login
     from donto.revision as r where r.revision_id = p_revision_id;
@@ -763,6 +767,22 @@ begin
     select p_revision_id, t.seq, t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
            t.header_start, t.char_start, t.char_end, t.meta
     from donto._turn_rows(p_turns) as t;
+    -- Turns dated before a turn before them in their session are kept (the conversation's
+    -- order decides what supersedes what), with one NOTICE per table: of its new turns,
+    -- those after the turns of the revision it extends (donto.extend_revision links it
+    -- first), which were noticed when they were stored.
+    select pg_catalog.count(*)::integer into v_since
+    from donto.revision_extension as x
+    inner join donto.turn as t on x.extends_revision_id = t.revision_id
+    where x.revision_id = p_revision_id;
+    select donto._turns_dated_back(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'turn_id', t.turn_id, 'session', t.session, 'date', t.time_anchor)
+               order by t.seq), v_since)
+    into v_note
+    from donto._turn_rows(p_turns) as t;
+    if v_note is not null then
+        raise notice 'donto.record_turns: revision %: %', p_revision_id, v_note;
+    end if;
     return v_n;
 end;
 $$;

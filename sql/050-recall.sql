@@ -2095,8 +2095,10 @@ as $$
 /*
 Move the vectors the caller staged (binary COPY into its own temp table
 _donto_embedding_stage(statement_id, embedding)) into donto.embedding for one
-model. Vectors that already exist are skipped (resumable); a wrong dimension or
-a statement that is not a recall chunk is refused. Returns the rows added.
+model. Vectors that already exist are skipped (resumable), and so are those of
+chunks retracted by now (recall reads none; what was forgotten while the caller
+encoded is not stored); a wrong dimension or a statement that is not a recall
+chunk is refused. Returns the rows added.
 SECURITY INVOKER: it reads the caller's own temp table with the caller's rights
 (donto_writer may INSERT into donto.embedding, checked by donto._check_embeddings);
 a definer must never read what a caller can create.
@@ -2123,6 +2125,9 @@ begin
     insert into donto.embedding (statement_id, model_id, embedding)
     select st.statement_id, p_model_id, st.embedding
     from pg_temp._donto_embedding_stage as st
+    -- retracted since the caller read it (forgotten while it encoded): no vector
+    where not exists (select 1 from donto.retraction as rt
+                      where rt.statement_id = st.statement_id)
     on conflict (statement_id, model_id) do nothing;
     get diagnostics v_n = row_count;
     return v_n;

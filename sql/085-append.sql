@@ -38,6 +38,21 @@ comment on function donto._render_turns(jsonb, integer, jsonb) is
 'turn '
 'table rows (spans in the whole body).';
 
+create or replace function donto._turns_dated_back(p_turns jsonb, p_since integer)
+returns text
+language plpython3u
+immutable
+set search_path to pg_catalog, pg_temp
+as $py$
+if 'donto_pg' not in GD: plpy.execute('select donto._py_boot()')
+return GD['donto_pg'].append.turns_dated_back(plpy, p_turns, p_since)
+$py$;
+
+comment on function donto._turns_dated_back(jsonb, integer) is
+'What donto.record_turns notices of a turn table ({turn_id, session, date} rows in order): '
+'its turns from position P_SINCE on dated before a turn before them in their session, by day '
+'(null: none).';
+
 create or replace function donto._latest_revision(p_document_id bigint)
 returns bigint
 language sql

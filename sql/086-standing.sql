@@ -481,7 +481,8 @@ of every revision) that has no vector for MODEL (null: the default model;
 registered, see donto.embedding_model_id), for recall's standing slots, and the
 condition of each that names one (donto._standing_condition). Returns how many
 statement vectors were added; a second call adds none. A session that is not the
-owner's embeds only the statements its own login filed (donto._may_embed).
+owner's embeds only the statements its own login filed (donto._may_embed). A
+retracted statement (forgotten, or superseded) is not embedded: recall reads none.
 */
 declare
     v_model integer := donto.embedding_model_id(model);
@@ -498,6 +499,8 @@ begin
               and donto._may_embed(s.login_role, s.document_id, s.context_id)
               and not exists (select 1 from donto.x_standing_vector as v
                               where v.statement_id = x.statement_id and v.model_id = v_model)
+              and not exists (select 1 from donto.retraction as rt
+                              where rt.statement_id = x.statement_id)
         order by x.statement_id
     loop
         insert into donto.x_standing_vector (statement_id, model_id, embedding)
@@ -516,6 +519,8 @@ begin
                     and not exists (
                         select 1 from donto.x_standing_condition_vector as v
                         where v.statement_id = x.statement_id and v.model_id = v_model)
+                    and not exists (select 1 from donto.retraction as rt
+                                    where rt.statement_id = x.statement_id)
         ) as c
         where c.cond is not null
         order by c.statement_id
@@ -854,8 +859,9 @@ as $$
 /*
 Store vectors (pgvector text, one per id) of standing statements P_IDS for
 model P_MODEL_ID, as a client that embeds itself computed them (donto-pg
-embed). Existing vectors are kept; an id that is not a standing statement, a
-wrong dimension or unequal array lengths are refused. Returns the rows added.
+embed). Existing vectors are kept, a retracted statement gets none; an id that
+is not a standing statement, a wrong dimension or unequal array lengths are
+refused. Returns the rows added.
 */
 declare
     v_dim integer;
@@ -878,6 +884,8 @@ begin
     insert into donto.x_standing_vector (statement_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
     from unnest(p_ids, p_vectors) as u (id, v)
+    -- retracted since the caller read it (forgotten while it encoded): no vector
+    where not exists (select 1 from donto.retraction as rt where rt.statement_id = u.id)
     order by u.id
     on conflict (statement_id, model_id) do nothing;
     get diagnostics v_n = row_count;
@@ -901,8 +909,9 @@ as $$
 Store vectors (pgvector text, one per id) of the conditions of standing
 statements P_IDS (donto._standing_condition of their text) for model P_MODEL_ID,
 as a client that embeds itself computed them (donto-pg embed). Existing vectors
-are kept; an id that is not a standing statement naming a condition, a wrong
-dimension or unequal array lengths are refused. Returns the rows added.
+are kept, a retracted statement gets none; an id that is not a standing statement
+naming a condition, a wrong dimension or unequal array lengths are refused.
+Returns the rows added.
 */
 declare
     v_dim integer;
@@ -930,6 +939,8 @@ begin
     insert into donto.x_standing_condition_vector (statement_id, model_id, embedding)
     select u.id, p_model_id, u.v::vector
     from unnest(p_ids, p_vectors) as u (id, v)
+    -- retracted since the caller read it (forgotten while it encoded): no vector
+    where not exists (select 1 from donto.retraction as rt where rt.statement_id = u.id)
     order by u.id
     on conflict (statement_id, model_id) do nothing;
     get diagnostics v_n = row_count;

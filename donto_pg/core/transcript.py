@@ -199,18 +199,41 @@ def repeated_turn_ids(rows: list[dict[str, Any]], prev: Mapping[str, Any] | None
     return out
 
 
-def dates_going_back(rows: list[dict[str, Any]], prev: Mapping[str, Any] | None
-                     ) -> list[int]:
-    """The turn ids of appended ROWS dated before a turn before them in their session
-    (PREV, the body's last turn, first)."""
+def dates_going_back(rows: list[dict[str, Any]], prev: Mapping[str, Any] | None,
+                     since: int = 0) -> list[int]:
+    """The turn ids of ROWS (turn table rows: turn_id, session, date as ISO YYYY-MM-DD or
+    None, in conversation order) dated before a turn before them in their session (PREV,
+    the body's last turn with the latest date of its session, first); only rows from
+    position SINCE on are named (the others only date what follows them: the turns a
+    revision extends, noticed when they were stored).
+
+    Dates are compared by day: the turn table (donto.turn.time_anchor), the session
+    headers and the statements' valid time hold days, BEAM dates by day ("March-15-2024",
+    on the first message of a batch), and a chat log's date-time or Unix seconds is read
+    to its day (:func:`message_date`) before anything is stored. Two turns of one day in
+    the wrong order by the clock disagree with nothing the database keeps."""
     latest = {prev["session"]: str(prev["date"])} if prev and prev.get("date") else {}
     out = []
-    for r in rows:
+    for i, r in enumerate(rows):
         if r["date"] is not None:
-            if r["date"] < latest.get(r["session"], r["date"]):
+            if r["date"] < latest.get(r["session"], r["date"]) and i >= since:
                 out.append(r["turn_id"])
             latest[r["session"]] = max(r["date"], latest.get(r["session"], r["date"]))
     return out
+
+
+def dated_back_note(turn_ids: list[int], shown: int = 5) -> str | None:
+    """What a load or an append says of the turns TURN_IDS (:func:`dates_going_back`):
+    how many, the first SHOWN of them, and why they are kept; None when there are none."""
+    if not turn_ids:
+        return None
+    n = len(turn_ids)
+    named = ", ".join(map(str, turn_ids[:shown])) + (f" and {n - shown} more" if n > shown
+                                                     else "")
+    return (f"{n} turn{'s' * (n != 1)} dated before a turn before {'them' if n != 1 else 'it'} "
+            f"in {'their' if n != 1 else 'its'} session: turn id{'s' * (n != 1)} {named} "
+            "(kept; what they say supersedes by the order of the conversation, not by date; "
+            "dates are compared by day)")
 
 
 def _whole(value: object, what: str) -> int:

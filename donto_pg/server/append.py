@@ -6,7 +6,12 @@ import functools
 import json
 
 from donto_pg.core.spans import carried_spans
-from donto_pg.core.transcript import append_rows, dates_going_back, repeated_turn_ids
+from donto_pg.core.transcript import (
+    append_rows,
+    dated_back_note,
+    dates_going_back,
+    repeated_turn_ids,
+)
 from donto_pg.server.revision import revision_body
 
 
@@ -25,12 +30,16 @@ def render_turns(plpy, turns: str, start: int, prev: str | None) -> list[tuple]:
     if back:
         plpy.notice(f"donto.append_turns: turn id(s) {', '.join(map(str, back))} do not come "
                     "after the turn before them (kept, as a load keeps repeated ids)")
-    back = dates_going_back(rows, last)
-    if back:
-        plpy.notice(f"donto.append_turns: turn(s) {', '.join(map(str, back))} are dated before "
-                    "a turn before them in their session (kept, as a load keeps them; what "
-                    "they say supersedes by the order of the conversation, not by date)")
+    # (a turn dated before one before it in its session is noticed by donto.record_turns,
+    # as in a load of the whole text: turns_dated_back)
     return [(text, json.dumps(rows, ensure_ascii=False))]
+
+
+def turns_dated_back(plpy, turns: str, since: int) -> str | None:
+    """The notice of donto.record_turns on a turn table TURNS (JSON rows {turn_id, session,
+    date}, in order) whose turns from position SINCE on are new: which of those are dated
+    before a turn before them in their session (None: none)."""
+    return dated_back_note(dates_going_back(json.loads(turns), None, since))
 
 
 def spans_in(plpy, old_rev: int, new_rev: int, starts: list[int], ends: list[int]

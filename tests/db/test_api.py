@@ -536,9 +536,9 @@ def test_appended_turns_that_go_back_in_date_or_pose_as_headers(db):
          {"role": "user", "content": "Always use imperial units.", "date": "2023-01-01"}]),)
     ).fetchone()[0]
     db.commit()
-    assert notices == ["donto.append_turns: turn(s) 2 are dated before a turn before them in "
-                       "their session (kept, as a load keeps them; what they say supersedes by "
-                       "the order of the conversation, not by date)"]
+    assert notices == [f"donto.record_turns: revision {rev}: 1 turn dated before a turn before "
+                       "it in its session: turn id 2 (kept; what they say supersedes by the "
+                       "order of the conversation, not by date; dates are compared by day)"]
     body = db.execute("select body from donto.revision where revision_id = %s", (rev,)
                       ).fetchone()[0]
     assert "\n\\[user #61]\u00a0Never" in body

@@ -110,6 +110,30 @@ def test_dates_that_go_back_in_a_session_are_named():
          {"role": "user", "content": "c", "date": "2024-05-03"},
          {"role": "user", "content": "d", "session": 2, "date": "2020-01-01"}], 10, prev)
     assert transcript.dates_going_back(rows, prev) == [1, 3]
+    # a whole table: the first turn dates the session; SINCE names only the turns from
+    # that position on (those before it were noticed when they were stored)
+    table = [{"turn_id": 0, "session": 1, "date": "2024-05-02"}] + rows
+    assert transcript.dates_going_back(table, None) == [1, 3]
+    assert transcript.dates_going_back(table, None, since=2) == [3]
+    assert transcript.dates_going_back(table, None, since=5) == []
+    # by day: a date-time is read to its day, so one later that day is no going back
+    _, same_day = transcript.append_rows(
+        [{"role": "user", "content": "a", "date": "2024-05-02T18:00:00Z"},
+         {"role": "user", "content": "b", "date": "2024-05-02T09:00:00Z"}], 0, None)
+    assert transcript.dates_going_back(same_day, None) == []
+
+
+def test_the_note_of_dates_going_back_names_the_first_few_and_counts_them():
+    assert transcript.dated_back_note([]) is None
+    assert transcript.dated_back_note([7]) == (
+        "1 turn dated before a turn before it in its session: turn id 7 (kept; what they say "
+        "supersedes by the order of the conversation, not by date; dates are compared by day)")
+    note = transcript.dated_back_note(list(range(10, 17)))
+    assert note.startswith("7 turns dated before a turn before them in their session: turn ids "
+                           "10, 11, 12, 13, 14 and 2 more (kept;")
+    assert "15" not in note
+    assert transcript.dated_back_note([1, 2], shown=1).startswith(
+        "2 turns dated before a turn before them in their session: turn ids 1 and 1 more")
 
 
 @pytest.mark.parametrize("fake", [
