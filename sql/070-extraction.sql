@@ -692,29 +692,96 @@ lineage (donto.revision_lineage: bodies that are prefixes of one another) is
 not pending: the same span there is the same text and the same prompt (an
 append copies the blocks before its last session, donto._extend_extraction),
 and its claims, anchored in that revision, stand for both.
+Nor is a superseded block, one that a later revision of its document stands for:
+- a later revision of the selection (its blocks are listed: the longer text's copy
+  of the same span, its re-cut last session, or a changed text's blocks);
+- the document's latest revision (donto._latest_revision), when it extends the
+  block's and its projection with the run's params cut the span again (no block of
+  the same span: the block's claims would be replaced as soon as it is extracted,
+  donto._reconcile_claims), or when it is a changed text that no longer holds the
+  block's text.
+A revision asked for alone (REVISION_IDS names no other revision of its document)
+lists all its blocks: extracting an earlier revision on purpose stays possible.
 */
-    with proj as materialized (  -- the lineage once per projection, not per block
-        select p.projection_id, array(select donto.revision_lineage(p.revision_id)) as lineage
-        from donto.extraction_run as r
-        inner join donto.projection as p
-            on p.kind = 'extraction' and p.strategy = 'turn-coherent-v1' and r.params = p.params
-        where r.run_id = $1 and ($2 is null or p.revision_id = any($2))
+    with run as materialized (
+        select r.params from donto.extraction_run as r where r.run_id = $1
     ),
+
+    proj as materialized (  -- the lineage once per projection, not per block
+        select
+            p.projection_id,
+            p.revision_id,
+            rv.document_id,
+            array(select donto.revision_lineage(p.revision_id)) as lineage
+        from run
+        inner join donto.projection as p
+            on p.kind = 'extraction' and p.strategy = 'turn-coherent-v1' and run.params = p.params
+        inner join donto.revision as rv on p.revision_id = rv.revision_id
+        where $2 is null or p.revision_id = any($2)
+    ),
+
+    head as materialized (  -- per projection: what may supersede its blocks
+        select
+            proj.projection_id,
+            proj.lineage,
+            $2 is not null and not exists (
+                select 1 from proj as o
+                where o.document_id = proj.document_id and o.revision_id <> proj.revision_id
+            ) as alone,
+            exists (
+                select 1 from proj as o
+                where o.document_id = proj.document_id and o.revision_id > proj.revision_id
+            ) as later_selected,
+            case when l.rev > proj.revision_id then l.rev end as latest,
+            l.rev = any(proj.lineage) as latest_extends,
+            (select lp.projection_id
+             from run
+             inner join donto.projection as lp
+                 on lp.kind = 'extraction' and lp.strategy = 'turn-coherent-v1'
+                    and run.params = lp.params
+             where lp.revision_id = l.rev
+             order by lp.projection_id
+             limit 1) as latest_projection
+        from proj
+        cross join lateral (select donto._latest_revision(proj.document_id) as rev) as l
+    ),
+
     done as materialized (
         select o.revision_id, o.kind, o.char_start, o.char_end, o.prefix_start, o.prefix_end
         from donto.extraction_response as x
         inner join donto.extraction_block as o on x.block_id = o.block_id
         where x.run_id = $1
     )
+
     select b.block_id, b.revision_id, b.seq, b.kind
-    from proj
-    inner join donto.extraction_block as b on proj.projection_id = b.projection_id
+    from head as h
+    inner join donto.extraction_block as b on h.projection_id = b.projection_id
     where not exists (
         select 1 from done as d
-        where d.revision_id = any(proj.lineage)
+        where d.revision_id = any(h.lineage)
               and (d.kind, d.char_start, d.char_end) = (b.kind, b.char_start, b.char_end)
               and d.prefix_start is not distinct from b.prefix_start
               and d.prefix_end is not distinct from b.prefix_end
+    )
+    and (
+        h.alone
+        or not (
+            h.later_selected
+            or (h.latest is not null and h.latest_extends and h.latest_projection is not null
+                and not exists (
+                    select 1 from donto.extraction_block as k
+                    where k.projection_id = h.latest_projection
+                          and (k.kind, k.char_start, k.char_end)
+                          = (b.kind, b.char_start, b.char_end)
+                          and k.prefix_start is not distinct from b.prefix_start
+                          and k.prefix_end is not distinct from b.prefix_end
+                ))
+            or (h.latest is not null and not h.latest_extends
+                and pg_catalog.strpos(
+                    (select lr.body from donto.revision as lr where lr.revision_id = h.latest),
+                    donto.span_text(b.revision_id, b.char_start, b.char_end)
+                ) = 0)
+        )
     )
     order by b.revision_id, b.seq
     limit $3;
@@ -722,7 +789,9 @@ $$;
 
 comment on function donto.pending_extraction_blocks(bigint, bigint[], integer) is
 'Blocks still to extract in a run: no ingested response for it, nor for the same span in a '
-'revision of its lineage (resumability; a grown conversation extracts its new blocks only).';
+'revision of its lineage (resumability; a grown conversation extracts its new blocks only), '
+'and not superseded by a later revision of the selection or the document''s latest one '
+'(unless the revision is asked for alone).';
 
 -- -- ingestion --------------------------------------------------------------------------
 
