@@ -20,6 +20,16 @@ run killed at any moment and started again extracts every block exactly once:
 the blocks in flight at the kill have no response and are pending again (their
 LLM call is repeated, their claims are never stored twice).
 
+Two sessions of one run
+-----------------------
+Two ``extract`` sessions of the same run (or two API callers) at once divide the blocks:
+a worker takes a block's lease (``donto.take_extraction_block``) before it asks a
+provider, and a block another live session holds, or has answered by then, is skipped and
+counted in ``taken_elsewhere``. A lease is a row that counts while its session's backend is
+connected, so a killed session leaves nothing held. A session that ends with nothing left
+but blocks another live session is extracting records ``handed_over``, not ``paused``: the
+other session records the run's end.
+
 The alarm
 ---------
 When the run (all its blocks so far, earlier sessions included) reaches
@@ -203,6 +213,7 @@ class Progress:
     injected: int = 0
     failed: int = 0
     facts: int = 0
+    taken_elsewhere: int = 0  # blocks another session of the run took or answered first
     elapsed_s: float = 0.0
     last: dict[str, Any] | None = None
 
@@ -220,6 +231,7 @@ def format_progress(p: Progress) -> str:
         f"run {p.run_id}{tag}: {p.done}/{p.total} blocks  healthy {p.healthy}  "
         f"degraded {p.degraded}  broken {p.broken}  injected {p.injected}  "
         f"failed {p.failed}  facts {p.facts}  {rate:.1f} blocks/s"
+        + (f"  taken elsewhere {p.taken_elsewhere}" if p.taken_elsewhere else "")
     )
 
 
@@ -230,7 +242,10 @@ class ExtractionReport:
     ``stopped`` is None when every selected block of the run has been ingested,
     else ``'limit'`` (more blocks pending), ``'alarm'``, ``'failed'`` or
     ``'interrupted'``; ``reason`` says why. ``run`` holds the run's statistics over
-    all its sessions (``donto.extraction_run_stats``).
+    all its sessions (``donto.extraction_run_stats``). ``handed_over`` counts the blocks
+    still pending at the end that another live session of the run is extracting (they
+    are not this session's failures: ``stopped`` stays None when they are all that is
+    left, and ``held_by`` names those sessions' backend pids).
     """
 
     run_id: int
@@ -251,6 +266,8 @@ class ExtractionReport:
     errors: list[str] = field(default_factory=list)
     note: str | None = None
     skipped: dict[int, str] = field(default_factory=dict)  # revision -> why it was not cut
+    handed_over: int = 0
+    held_by: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -279,7 +296,8 @@ def format_report(report: ExtractionReport) -> str:
     lines.append(
         f"this session: {p.done} blocks in {p.elapsed_s:.1f} s - healthy {p.healthy}, "
         f"degraded {p.degraded}, broken {p.broken}, injected {p.injected}, failed {p.failed}, "
-        f"facts {p.facts}")
+        f"facts {p.facts}"
+        + (f", taken by another session {p.taken_elsewhere}" if p.taken_elsewhere else ""))
     if run:
         median = run.get("median_dialogue_anchor_rate")
         lines.append(
@@ -287,6 +305,10 @@ def format_report(report: ExtractionReport) -> str:
             f"{run.get('degraded')}, broken {run.get('broken')}, injection rate "
             f"{run.get('injection_rate')}, median dialogue anchor rate "
             f"{'n/a' if median is None else round(median, 3)}; {report.pending_after} pending")
+    if report.handed_over:
+        lines.append(
+            f"{report.handed_over} pending blocks are being extracted by another session of "
+            f"the run (backend {', '.join(map(str, report.held_by))}), which records its end")
     for rev, why in report.skipped.items():
         lines.append(f"skipped revision {rev} (not cut into blocks): {why}")
     if report.stopped:
@@ -356,9 +378,18 @@ class _Workers:
 def _extract_one(
     workers: _Workers, pool: ProviderPool, run_id: int, block_id: int
 ) -> dict[str, Any]:
-    """Render, complete, ingest one block; returns the ingest summary."""
+    """Take, render, complete, ingest one block; returns the ingest summary, or
+    ``{"taken_elsewhere": "done" | "elsewhere"}`` when another session of the run answered
+    it or holds it (donto.take_extraction_block): then no provider is asked."""
     conn = workers.conn()
+    held = False
     try:
+        state = conn.execute("select donto.take_extraction_block(%s, %s)",
+                             (run_id, block_id)).fetchone()[0]
+        conn.commit()
+        if state != "taken":
+            return {"taken_elsewhere": state, "block_id": block_id}
+        held = True
         prompt, system = conn.execute(
             "select donto.render_for_extraction(%s, %s), t.system "
             "from donto.extraction_template(%s, %s) as t",
@@ -381,11 +412,38 @@ def _extract_one(
             "select donto.ingest_extraction(%s, %s, %s, %s)",
             (block_id, run_id, text, json.dumps(meta))).fetchone()[0]
         conn.commit()
+        held = False  # answered: its response makes it done for every session
         return summary
     except BaseException:
         if not conn.closed:
             conn.rollback()
         raise
+    finally:
+        if held and not conn.closed:
+            _release(conn, run_id, block_id)
+
+
+def _release(conn: psycopg.Connection, run_id: int, block_id: int) -> None:
+    """Give the block's lease back (no answer): another session may take it at once. A
+    failure here loses nothing (the lease ends with this session's backend)."""
+    try:
+        conn.execute("select donto.release_extraction_block(%s, %s)", (run_id, block_id))
+        conn.commit()
+    except psycopg.Error:
+        if not conn.closed:
+            conn.rollback()
+
+
+def _holders(conn: psycopg.Connection, run_id: int, blocks: list[int]) -> dict[int, int]:
+    """block -> pid of the other live session holding it (donto.extraction_block_holder)."""
+    if not blocks:
+        return {}
+    rows = conn.execute(
+        "select b.id, donto.extraction_block_holder(%s, b.id) from unnest(%s::bigint[]) as b (id)",
+        (run_id, blocks)).fetchall()
+    conn.commit()
+    me = conn.info.backend_pid
+    return {b: pid for b, pid in rows if pid is not None and pid != me}
 
 
 def _event(conn: psycopg.Connection, run_id: int, event: str, detail: Mapping[str, Any]) -> None:
@@ -400,7 +458,7 @@ def _stats(conn: psycopg.Connection, run_id: int) -> dict[str, Any]:
     return dict(row[0])
 
 
-def _pending(conn: psycopg.Connection, run_id: int, revisions: list[int],
+def _pending(conn: psycopg.Connection, run_id: int, revisions: list[int] | None,
              limit: int | None) -> list[int]:
     rows = conn.execute(
         "select block_id from donto.pending_extraction_blocks(%s, %s, %s)",
@@ -528,20 +586,40 @@ def extract_blocks(
     finally:
         workers.close()
     report.run = _stats(main, run_id)
-    report.pending_after = len(pending(run_id, None))
+    left = pending(run_id, None)
     main.commit()
-    if report.stopped is None and report.pending_after:
+    report.pending_after = len(left)
+    held = _holders(main, run_id, left)
+    report.handed_over, report.held_by = len(held), sorted(set(held.values()))
+    if report.stopped is None and report.pending_after > report.handed_over:
+        rest = report.pending_after - report.handed_over
+        elsewhere = (f"; {report.handed_over} more are being extracted by another session"
+                     if report.handed_over else "")
         if limit is not None:
             report.stopped = "limit"
-            report.reason = f"{report.pending_after} blocks still pending (limit {limit})"
+            report.reason = f"{rest} blocks still pending (limit {limit}){elsewhere}"
         else:
             report.stopped = "incomplete"
-            report.reason = (f"{report.pending_after} blocks still pending: every provider "
-                             "failed on them (run again to retry)")
+            report.reason = (f"{rest} blocks still pending: every provider failed on them "
+                             f"(run again to retry){elsewhere}")
     if report.stopped in (None, "limit", "incomplete"):
-        event = "finished" if report.stopped is None else "paused"
-        _event(main, run_id, event, {"session": progress.as_dict(),
-                                     "pending": report.pending_after, **(event_detail or {})})
+        if report.stopped is not None:
+            event = "paused"
+        elif report.handed_over:
+            event = "handed_over"  # the session holding the rest records the run's end
+        else:
+            event = "finished"
+        detail = {"session": progress.as_dict(), "pending": report.pending_after,
+                  **(event_detail or {})}
+        if report.handed_over:
+            detail.update(taken_elsewhere=report.handed_over, held_by=report.held_by)
+        _event(main, run_id, event, detail)
+        if event == "handed_over" and not pending(run_id, None):
+            # the other session finished between our count and our event: so it says
+            main.commit()
+            _event(main, run_id, "finished", {"session": progress.as_dict(), "pending": 0,
+                                              "after": "handed_over", **(event_detail or {})})
+        main.commit()
     return report
 
 
@@ -581,13 +659,24 @@ def _loop(
     queue = list(reversed(pending))
     inflight: dict[Future, int] = {}
     consecutive = 0
+    elsewhere: set[int] = set()  # blocks another session of the run took or answered
+    retried = False
     try:
         with ThreadPoolExecutor(max_workers=concurrency,
                                 thread_name_prefix="donto-extract") as ex:
-            while queue or inflight:
+            while queue or inflight or (elsewhere and not retried
+                                        and report.stopped is None):
                 while queue and report.stopped is None and len(inflight) < 2 * concurrency:
                     block = queue.pop()
                     inflight[ex.submit(_extract_one, workers, pool, run_id, block)] = block
+                if not inflight and not queue and not retried and report.stopped is None:
+                    if not elsewhere:
+                        break
+                    # once at the end: a block another session held may have been given
+                    # back (every provider failed there) or left (that session died)
+                    retried = True
+                    queue = sorted(elsewhere, reverse=True)
+                    continue
                 if not inflight:
                     break
                 done, _ = wait(inflight, return_when=FIRST_COMPLETED)
@@ -612,6 +701,15 @@ def _loop(
                             report.stopped, report.reason = "failed", why
                             _event(main, run_id, "failed", {"reason": why})
                         continue
+                    if "taken_elsewhere" in summary:
+                        elsewhere.add(block)
+                        progress.taken_elsewhere = len(elsewhere)
+                        progress.elapsed_s = time.monotonic() - started
+                        if on_progress is not None:
+                            on_progress(progress)
+                        continue
+                    elsewhere.discard(block)
+                    progress.taken_elsewhere = len(elsewhere)
                     consecutive = 0
                     _count(progress, summary)
                     progress.elapsed_s = time.monotonic() - started

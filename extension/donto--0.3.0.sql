@@ -1430,6 +1430,63 @@ create index retraction_by_hand_idx on donto.retraction (statement_id) where by_
 
 insert into donto.migration (name, sha256) values ('032-retraction-by-hand.sql', 'a55e168eaa868ad5bb2d64720a627162c11f49e9aab4d03370d6232061ea2f3e');
 
+-- migrations/033-extraction-lease.sql
+-- 033: which session is extracting which block of a run. Two `donto-pg extract` sessions of
+-- one run (or two API callers) each took the pending list and asked the provider for every
+-- block: the answers were stored once (ingest_extraction is idempotent per block and run),
+-- the LLM calls were paid twice. A worker now takes a block's lease before it asks
+-- (donto.take_extraction_block) and skips a block another live session of the run holds.
+-- A lease is a row, not a lock held across the provider call: a transaction left open for
+-- a call would hold the as_of horizon back, and an advisory lock any connected role can
+-- take (migration 031). It counts while the backend that took it is connected (its pid and
+-- start time, as donto.extraction_run_live looks for a run's session): a crashed session
+-- leaves nothing held. Rows are only inserted: a lease given back is a new row (I3).
+
+create table donto.extraction_lease (
+    lease_id bigint generated always as identity primary key,
+    run_id bigint not null references donto.extraction_run,
+    block_id bigint not null references donto.extraction_block,
+    lease_key bigint not null,
+    taken boolean not null,
+    backend_pid integer not null,
+    backend_start timestamptz,
+    login_role text default session_user,
+    at timestamptz not null default clock_timestamp()
+);
+
+create index extraction_lease_key_idx on donto.extraction_lease (run_id, lease_key, lease_id);
+
+comment on table donto.extraction_lease is
+'Which session is extracting a block of a run (donto.take_extraction_block): the latest row '
+'of a (run, lease_key) holds the block while it is taken and its backend is connected.';
+comment on column donto.extraction_lease.lease_id is 'Order of the rows (the latest counts).';
+comment on column donto.extraction_lease.run_id is 'The extraction run.';
+comment on column donto.extraction_lease.block_id is 'The block the session took.';
+comment on column donto.extraction_lease.lease_key is
+'The block as the run extracts it: a hash of the run and the block''s span in the first '
+'revision of its lineage (a span copied into a longer revision is the same block).';
+comment on column donto.extraction_lease.taken is
+'True: taken (the session asks the provider); false: given back (every provider failed).';
+comment on column donto.extraction_lease.backend_pid is 'The backend of the session that took it.';
+comment on column donto.extraction_lease.backend_start is
+'That backend''s start time (null when the server did not show it: then its pid and login '
+'decide whether it is connected).';
+comment on column donto.extraction_lease.login_role is
+'The login role of the session that filed the row (session_user).';
+comment on column donto.extraction_lease.at is 'When the row was filed.';
+
+-- A session that ends with nothing left but blocks another live session of the run holds
+-- records 'handed_over' (not 'paused': nothing failed, and not 'finished': the other session
+-- is still at work and records the run's end).
+alter table donto.extraction_run_event
+drop constraint extraction_run_event_event_check,
+add constraint extraction_run_event_event_check check (event in (
+    'started', 'resumed', 'paused', 'finished', 'alarm', 'failed', 'interrupted', 'handed_over'
+));
+
+
+insert into donto.migration (name, sha256) values ('033-extraction-lease.sql', 'f8a51e2ddc5dfe44e455870e23ae2a58a5771edb50c9b4f308e831481ca45008');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -2404,6 +2461,40 @@ $$;
 comment on function donto.span_text(bigint, integer, integer) is
 'The exact text of a revision span [start, end); offsets count characters (0-based), not '
 'bytes.';
+
+create or replace function donto._latest_revision(p_document_id bigint)
+returns bigint
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The revision of document P_DOCUMENT_ID that answers: the latest one projected into a
+recall context (or that a recall projection grew to), else, when none is projected
+yet, the latest registered. A revision registered but never projected answers
+nothing and builds nothing: appending turns (donto.append_turns, donto.extend_revision),
+the loaders and donto-pg extract start from this one, as recall does
+(donto._retract_superseded).
+*/
+    select coalesce(
+        (select pg_catalog.max(x.revision_id) from (
+            select p.revision_id from donto.projection as p
+            inner join donto.revision as r on p.revision_id = r.revision_id
+            where r.document_id = p_document_id and p.kind = 'recall'
+            union all
+            select pe.revision_id from donto.projection_extension as pe
+            inner join donto.revision as r on pe.revision_id = r.revision_id
+            where r.document_id = p_document_id
+        ) as x),
+        (select pg_catalog.max(r.revision_id) from donto.revision as r
+         where r.document_id = p_document_id)
+    );
+$$;
+
+comment on function donto._latest_revision(bigint) is
+'The revision of a document that answers: the latest projected for recall, else the latest '
+'registered.';
 
 create or replace function donto.revision_lineage(p_revision_id bigint)
 returns setof bigint
@@ -5826,29 +5917,96 @@ lineage (donto.revision_lineage: bodies that are prefixes of one another) is
 not pending: the same span there is the same text and the same prompt (an
 append copies the blocks before its last session, donto._extend_extraction),
 and its claims, anchored in that revision, stand for both.
+Nor is a superseded block, one that a later revision of its document stands for:
+- a later revision of the selection (its blocks are listed: the longer text's copy
+  of the same span, its re-cut last session, or a changed text's blocks);
+- the document's latest revision (donto._latest_revision), when it extends the
+  block's and its projection with the run's params cut the span again (no block of
+  the same span: the block's claims would be replaced as soon as it is extracted,
+  donto._reconcile_claims), or when it is a changed text that no longer holds the
+  block's text.
+A revision asked for alone (REVISION_IDS names no other revision of its document)
+lists all its blocks: extracting an earlier revision on purpose stays possible.
 */
-    with proj as materialized (  -- the lineage once per projection, not per block
-        select p.projection_id, array(select donto.revision_lineage(p.revision_id)) as lineage
-        from donto.extraction_run as r
-        inner join donto.projection as p
-            on p.kind = 'extraction' and p.strategy = 'turn-coherent-v1' and r.params = p.params
-        where r.run_id = $1 and ($2 is null or p.revision_id = any($2))
+    with run as materialized (
+        select r.params from donto.extraction_run as r where r.run_id = $1
     ),
+
+    proj as materialized (  -- the lineage once per projection, not per block
+        select
+            p.projection_id,
+            p.revision_id,
+            rv.document_id,
+            array(select donto.revision_lineage(p.revision_id)) as lineage
+        from run
+        inner join donto.projection as p
+            on p.kind = 'extraction' and p.strategy = 'turn-coherent-v1' and run.params = p.params
+        inner join donto.revision as rv on p.revision_id = rv.revision_id
+        where $2 is null or p.revision_id = any($2)
+    ),
+
+    head as materialized (  -- per projection: what may supersede its blocks
+        select
+            proj.projection_id,
+            proj.lineage,
+            $2 is not null and not exists (
+                select 1 from proj as o
+                where o.document_id = proj.document_id and o.revision_id <> proj.revision_id
+            ) as alone,
+            exists (
+                select 1 from proj as o
+                where o.document_id = proj.document_id and o.revision_id > proj.revision_id
+            ) as later_selected,
+            case when l.rev > proj.revision_id then l.rev end as latest,
+            l.rev = any(proj.lineage) as latest_extends,
+            (select lp.projection_id
+             from run
+             inner join donto.projection as lp
+                 on lp.kind = 'extraction' and lp.strategy = 'turn-coherent-v1'
+                    and run.params = lp.params
+             where lp.revision_id = l.rev
+             order by lp.projection_id
+             limit 1) as latest_projection
+        from proj
+        cross join lateral (select donto._latest_revision(proj.document_id) as rev) as l
+    ),
+
     done as materialized (
         select o.revision_id, o.kind, o.char_start, o.char_end, o.prefix_start, o.prefix_end
         from donto.extraction_response as x
         inner join donto.extraction_block as o on x.block_id = o.block_id
         where x.run_id = $1
     )
+
     select b.block_id, b.revision_id, b.seq, b.kind
-    from proj
-    inner join donto.extraction_block as b on proj.projection_id = b.projection_id
+    from head as h
+    inner join donto.extraction_block as b on h.projection_id = b.projection_id
     where not exists (
         select 1 from done as d
-        where d.revision_id = any(proj.lineage)
+        where d.revision_id = any(h.lineage)
               and (d.kind, d.char_start, d.char_end) = (b.kind, b.char_start, b.char_end)
               and d.prefix_start is not distinct from b.prefix_start
               and d.prefix_end is not distinct from b.prefix_end
+    )
+    and (
+        h.alone
+        or not (
+            h.later_selected
+            or (h.latest is not null and h.latest_extends and h.latest_projection is not null
+                and not exists (
+                    select 1 from donto.extraction_block as k
+                    where k.projection_id = h.latest_projection
+                          and (k.kind, k.char_start, k.char_end)
+                          = (b.kind, b.char_start, b.char_end)
+                          and k.prefix_start is not distinct from b.prefix_start
+                          and k.prefix_end is not distinct from b.prefix_end
+                ))
+            or (h.latest is not null and not h.latest_extends
+                and pg_catalog.strpos(
+                    (select lr.body from donto.revision as lr where lr.revision_id = h.latest),
+                    donto.span_text(b.revision_id, b.char_start, b.char_end)
+                ) = 0)
+        )
     )
     order by b.revision_id, b.seq
     limit $3;
@@ -5856,7 +6014,221 @@ $$;
 
 comment on function donto.pending_extraction_blocks(bigint, bigint[], integer) is
 'Blocks still to extract in a run: no ingested response for it, nor for the same span in a '
-'revision of its lineage (resumability; a grown conversation extracts its new blocks only).';
+'revision of its lineage (resumability; a grown conversation extracts its new blocks only), '
+'and not superseded by a later revision of the selection or the document''s latest one '
+'(unless the revision is asked for alone).';
+
+-- -- sessions of one run divide the blocks ---------------------------------------------
+
+create or replace function donto._extraction_lease_key(p_run_id bigint, p_block_id bigint)
+returns bigint
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* A block as run P_RUN_ID extracts it: a hash of the run, the first revision of the block's
+   lineage (donto.revision_extension, followed back) and the block's kind, span and prefix.
+   The same span in revisions of one lineage is the same text and prompt, and one response
+   stands for all (donto.pending_extraction_blocks): one key. */
+    with recursive up as (
+        select b.revision_id as rev, 0 as depth
+        from donto.extraction_block as b
+        where b.block_id = p_block_id
+        union all
+        select x.extends_revision_id, up.depth + 1
+        from up
+        inner join donto.revision_extension as x on up.rev = x.revision_id
+    )
+
+    select pg_catalog.hashtextextended(pg_catalog.format(
+        'donto extraction lease %s %s %s %s %s %s %s', p_run_id,
+        (select up.rev from up order by up.depth desc limit 1), b.kind, b.char_start,
+        b.char_end, b.prefix_start, b.prefix_end), 0)
+    from donto.extraction_block as b
+    where b.block_id = p_block_id;
+$$;
+
+comment on function donto._extraction_lease_key(bigint, bigint) is
+'The lease key of a block in a run: one for the same span in every revision of a lineage.';
+
+create or replace function donto._extraction_block_done(p_run_id bigint, p_block_id bigint)
+returns boolean
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether run P_RUN_ID has a response for block P_BLOCK_ID, or for the same span in a
+   revision of its lineage (what donto.pending_extraction_blocks counts as extracted). */
+    select exists (
+        select 1
+        from donto.extraction_block as b
+        inner join donto.extraction_block as o
+            on (o.kind, o.char_start, o.char_end) = (b.kind, b.char_start, b.char_end)
+               and o.prefix_start is not distinct from b.prefix_start
+               and o.prefix_end is not distinct from b.prefix_end
+        inner join donto.extraction_response as x on o.block_id = x.block_id
+        where b.block_id = p_block_id and x.run_id = p_run_id
+              and o.revision_id in (select donto.revision_lineage(b.revision_id))
+    );
+$$;
+
+comment on function donto._extraction_block_done(bigint, bigint) is
+'Whether a run has a response for a block (or the same span in a revision of its lineage).';
+
+create or replace function donto.extraction_block_holder(run_id bigint, block_id bigint)
+returns integer
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The backend pid of the session that holds block BLOCK_ID of run RUN_ID
+(donto.take_extraction_block), or null: the latest lease row of the block's key is a
+taking, and its backend is still connected to this database under the login that took it
+(its start time as stamped, when the server shows it). A session that crashed or lost its
+connection holds nothing.
+*/
+    select l.backend_pid
+    from (
+        select e.taken, e.backend_pid, e.backend_start, e.login_role
+        from donto.extraction_lease as e
+        where e.run_id = $1 and e.lease_key = donto._extraction_lease_key($1, $2)
+        order by e.lease_id desc
+        limit 1
+    ) as l
+    where l.taken and exists (
+        select 1 from pg_catalog.pg_stat_activity as a
+        where a.pid = l.backend_pid and a.datname = pg_catalog.current_database()
+              and a.usename is not distinct from l.login_role
+              and (l.backend_start is null or a.backend_start is null
+                   or a.backend_start = l.backend_start)
+    );
+$$;
+
+comment on function donto.extraction_block_holder(bigint, bigint) is
+'The pid of the live session holding a block of a run (donto.take_extraction_block), or null.';
+
+create or replace function donto._lock_extraction_lease(p_key bigint)
+returns void
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* One taker or giver of a block's lease at a time (the writers' lock extraction-lease, this
+   transaction): called by donto.take_extraction_block and donto.release_extraction_block,
+   as the owner. */
+    select donto._lock('extraction-lease', p_key);
+$$;
+
+comment on function donto._lock_extraction_lease(bigint) is
+'Take the writers'' lock of a block lease key for this transaction (the owner only).';
+
+create or replace function donto.take_extraction_block(run_id bigint, block_id bigint)
+returns text
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Take block BLOCK_ID of run RUN_ID before asking a provider for it, so that two sessions of
+one run (two `donto-pg extract`, two API callers) do not both pay for it. Returns
+- 'taken': this session holds the block's lease now: ask the provider, ingest the answer
+  (donto.ingest_extraction), or give the lease back (donto.release_extraction_block) when
+  there is no answer;
+- 'done': the run has a response for it (or the same span in a revision of its lineage)
+  by now: nothing to ask;
+- 'elsewhere': another session connected now holds it (donto.extraction_block_holder):
+  skip it; that session answers for it.
+A lease is a row (donto.extraction_lease), not a lock: nothing stays open during the call.
+It counts while the backend that took it is connected, so a session that crashed or was
+killed leaves nothing held, and a block taken again by the session holding it is its own.
+Only a session that may add to the run (donto._check_adds_to: its login) takes its blocks,
+so another login cannot hold a run's blocks. Serialized per block (writers' lock
+extraction-lease), so two sessions asking at once get one 'taken'.
+*/
+declare
+    v_run bigint := $1;
+    v_block bigint := $2;
+    v_key bigint;
+    v_holder integer;
+    v_stamp jsonb;
+begin
+    perform donto._check_adds_to('run', v_run, 'donto.take_extraction_block');
+    if not exists (select 1 from donto.extraction_block as b where b.block_id = v_block) then
+        raise exception 'donto.take_extraction_block: no block %', v_block
+            using errcode = '22023';
+    end if;
+    v_key := donto._extraction_lease_key(v_run, v_block);
+    perform donto._lock_extraction_lease(v_key);
+    if donto._extraction_block_done(v_run, v_block) then
+        return 'done';
+    end if;
+    v_holder := donto.extraction_block_holder(v_run, v_block);
+    v_stamp := donto._backend_stamp();
+    if v_holder = pg_catalog.pg_backend_pid() then
+        return 'taken';
+    elsif v_holder is not null then
+        return 'elsewhere';
+    end if;
+    insert into donto.extraction_lease (
+        run_id, block_id, lease_key, taken, backend_pid, backend_start
+    )
+    values (v_run, v_block, v_key, true, (v_stamp ->> 'pid')::integer,
+            (v_stamp ->> 'backend_start')::timestamptz);
+    return 'taken';
+end;
+$$;
+
+comment on function donto.take_extraction_block(bigint, bigint) is
+'Take a block of a run before asking a provider: ''taken'' (ask), ''done'' (answered by now) '
+'or ''elsewhere'' (another live session of the run holds it: skip it).';
+
+create or replace function donto.release_extraction_block(run_id bigint, block_id bigint)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Give back the lease this session took on block BLOCK_ID of run RUN_ID
+(donto.take_extraction_block) when it has no answer for it (every provider failed), so
+another session of the run may take it at once. Returns whether this session held it.
+An answered block needs no release (its response makes it done).
+*/
+declare
+    v_run bigint := $1;
+    v_block bigint := $2;
+    v_key bigint;
+begin
+    perform donto._check_adds_to('run', v_run, 'donto.release_extraction_block');
+    v_key := donto._extraction_lease_key(v_run, v_block);
+    if v_key is null then
+        raise exception 'donto.release_extraction_block: no block %', v_block
+            using errcode = '22023';
+    end if;
+    perform donto._lock_extraction_lease(v_key);
+    if donto.extraction_block_holder(v_run, v_block) is distinct from pg_catalog.pg_backend_pid()
+    then
+        return false;
+    end if;
+    insert into donto.extraction_lease (
+        run_id, block_id, lease_key, taken, backend_pid, backend_start
+    )
+    values (v_run, v_block, v_key, false, pg_catalog.pg_backend_pid(),
+            (donto._backend_stamp() ->> 'backend_start')::timestamptz);
+    return true;
+end;
+$$;
+
+comment on function donto.release_extraction_block(bigint, bigint) is
+'Give back this session''s lease on a block of a run (no answer for it); returns whether it '
+'held it.';
 
 -- -- ingestion --------------------------------------------------------------------------
 
@@ -8062,40 +8434,6 @@ comment on function donto._turns_dated_back(jsonb, integer) is
 'What donto.record_turns notices of a turn table ({turn_id, session, date} rows in order): '
 'its turns from position P_SINCE on dated before a turn before them in their session, by day '
 '(null: none).';
-
-create or replace function donto._latest_revision(p_document_id bigint)
-returns bigint
-language sql
-stable
-security invoker
-set search_path to pg_catalog, pg_temp
-as $$
-/*
-The revision of document P_DOCUMENT_ID that answers: the latest one projected into a
-recall context (or that a recall projection grew to), else, when none is projected
-yet, the latest registered. A revision registered but never projected answers
-nothing and builds nothing: appending turns (donto.append_turns, donto.extend_revision),
-the loaders and donto-pg extract start from this one, as recall does
-(donto._retract_superseded).
-*/
-    select coalesce(
-        (select pg_catalog.max(x.revision_id) from (
-            select p.revision_id from donto.projection as p
-            inner join donto.revision as r on p.revision_id = r.revision_id
-            where r.document_id = p_document_id and p.kind = 'recall'
-            union all
-            select pe.revision_id from donto.projection_extension as pe
-            inner join donto.revision as r on pe.revision_id = r.revision_id
-            where r.document_id = p_document_id
-        ) as x),
-        (select pg_catalog.max(r.revision_id) from donto.revision as r
-         where r.document_id = p_document_id)
-    );
-$$;
-
-comment on function donto._latest_revision(bigint) is
-'The revision of a document that answers: the latest projected for recall, else the latest '
-'registered.';
 
 create or replace function donto._extension_fault(p_base bigint, body text, turns jsonb)
 returns text
@@ -10712,6 +11050,7 @@ from donto_writer;
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
 revoke execute on function donto._lock(text, bigint) from donto_writer;
 revoke execute on function donto._lock_document(bigint) from donto_writer;
+revoke execute on function donto._lock_extraction_lease(bigint) from donto_writer;
 -- ensure_context files a context name as the owner and checks nothing: only the definers
 -- call it, after their checks (donto._claim_context). A writer calling it could file the
 -- name another login's next load needs and hold it in its open transaction. The index
@@ -11199,7 +11538,8 @@ comment on column donto.extraction_run.started_at is
 comment on column donto.extraction_run_event.event_id is
 'Identity of the event.';
 comment on column donto.extraction_run_event.event is
-'started, resumed, paused, finished, alarm, failed or interrupted.';
+'started, resumed, paused, finished, alarm, failed, interrupted or handed_over (a session '
+'ended leaving only blocks another live session of the run holds, migration 033).';
 comment on column donto.extraction_run_event.detail is
 'Details of the event (JSON object).';
 comment on column donto.extraction_run_event.at is

@@ -53,40 +53,6 @@ comment on function donto._turns_dated_back(jsonb, integer) is
 'its turns from position P_SINCE on dated before a turn before them in their session, by day '
 '(null: none).';
 
-create or replace function donto._latest_revision(p_document_id bigint)
-returns bigint
-language sql
-stable
-security invoker
-set search_path to pg_catalog, pg_temp
-as $$
-/*
-The revision of document P_DOCUMENT_ID that answers: the latest one projected into a
-recall context (or that a recall projection grew to), else, when none is projected
-yet, the latest registered. A revision registered but never projected answers
-nothing and builds nothing: appending turns (donto.append_turns, donto.extend_revision),
-the loaders and donto-pg extract start from this one, as recall does
-(donto._retract_superseded).
-*/
-    select coalesce(
-        (select pg_catalog.max(x.revision_id) from (
-            select p.revision_id from donto.projection as p
-            inner join donto.revision as r on p.revision_id = r.revision_id
-            where r.document_id = p_document_id and p.kind = 'recall'
-            union all
-            select pe.revision_id from donto.projection_extension as pe
-            inner join donto.revision as r on pe.revision_id = r.revision_id
-            where r.document_id = p_document_id
-        ) as x),
-        (select pg_catalog.max(r.revision_id) from donto.revision as r
-         where r.document_id = p_document_id)
-    );
-$$;
-
-comment on function donto._latest_revision(bigint) is
-'The revision of a document that answers: the latest projected for recall, else the latest '
-'registered.';
-
 create or replace function donto._extension_fault(p_base bigint, body text, turns jsonb)
 returns text
 language plpgsql

@@ -64,6 +64,7 @@ from donto_writer;
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
 revoke execute on function donto._lock(text, bigint) from donto_writer;
 revoke execute on function donto._lock_document(bigint) from donto_writer;
+revoke execute on function donto._lock_extraction_lease(bigint) from donto_writer;
 -- ensure_context files a context name as the owner and checks nothing: only the definers
 -- call it, after their checks (donto._claim_context). A writer calling it could file the
 -- name another login's next load needs and hold it in its open transaction. The index

@@ -325,7 +325,8 @@ comment on column donto.extraction_run.started_at is
 comment on column donto.extraction_run_event.event_id is
 'Identity of the event.';
 comment on column donto.extraction_run_event.event is
-'started, resumed, paused, finished, alarm, failed or interrupted.';
+'started, resumed, paused, finished, alarm, failed, interrupted or handed_over (a session '
+'ended leaving only blocks another live session of the run holds, migration 033).';
 comment on column donto.extraction_run_event.detail is
 'Details of the event (JSON object).';
 comment on column donto.extraction_run_event.at is

@@ -260,8 +260,9 @@ def _runs(conn: psycopg.Connection, max_injection: float, min_anchor: float,
         r["conversations"] = convs
         r["total_blocks"] = sum(g["total"] or 0 for g in convs)
         live = r.pop("live")
-        r["running"] = r["status"] in ("started", "resumed") and live
-        if r["status"] in ("started", "resumed") and not r["running"]:
+        # handed_over: a session ended leaving blocks to another one still at work
+        r["running"] = r["status"] in ("started", "resumed", "handed_over") and live
+        if r["status"] in ("started", "resumed", "handed_over") and not r["running"]:
             # no session that started it is connected (donto.extraction_run_live): killed
             r["status"], r["status_reason"] = "stopped", STOPPED_REASON
         r["alarm"] = _alarm(r, max_injection, min_anchor)
