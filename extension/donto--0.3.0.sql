@@ -1487,6 +1487,55 @@ add constraint extraction_run_event_event_check check (event in (
 
 insert into donto.migration (name, sha256) values ('033-extraction-lease.sql', 'f8a51e2ddc5dfe44e455870e23ae2a58a5771edb50c9b4f308e831481ca45008');
 
+-- migrations/034-forget-everywhere.sql
+-- 034: forgetting is about text. A recall chunk retracted by hand ("forget my PIN") hid the
+-- chunk alone: the standing statement, the claims, the chunks of another projection over the
+-- same words stayed current, and recall's turn blocks read the words back from the body.
+-- From now on donto.retract retracts every statement over the chunk's words
+-- (donto._forget_in), a trigger retracts what is filed over them later, and recall clips them
+-- out of what it reads around a hit (sql/). This carries the retractions made before: each
+-- recall chunk retracted by hand (by a login that may add to its document now) takes with
+-- it the current statements of the revisions of its lineage (the same text at the same
+-- place) that overlap it, in every context but the A/B measures, "carried over from
+-- statement N: <reason>", in the name of whoever asked. (A changed conversation's revisions
+-- are carried when the document is next retracted in or projected; recall clips their
+-- turns already.) Nothing to do in a new database.
+
+do $$
+begin
+    if exists (select 1 from donto.retraction as r where r.by_hand) then
+        execute $q$
+            insert into donto.retraction (statement_id, reason, by_hand, login_role)
+            select distinct on (s.statement_id)
+                s.statement_id,
+                pg_catalog.format('carried over from statement %s: %s', o.statement_id,
+                                  r.reason),
+                true,
+                r.login_role
+            from donto.retraction as r
+            inner join donto.statement as o on r.statement_id = o.statement_id
+            cross join lateral donto.revision_lineage(o.derived_from_revision) as l (rev)
+            inner join donto.statement as s
+                on s.derived_from_revision = l.rev
+                   and s.char_start < o.char_end and o.char_start < s.char_end
+            inner join donto.context as c on s.context_id = c.context_id
+            where r.by_hand and o.predicate = 'mem:episodic/chunk'
+                  and o.char_start is not null
+                  and r.reason not like 'carried over from statement %'
+                  and donto._login_writes_document(r.login_role, o.document_id)
+                  and c.iri not like 'ctx:measure/%'
+                  and not exists (select 1 from donto.retraction as r2
+                                  where r2.statement_id = s.statement_id)
+            order by s.statement_id, o.statement_id
+            on conflict do nothing
+        $q$;
+    end if;
+end;
+$$;
+
+
+insert into donto.migration (name, sha256) values ('034-forget-everywhere.sql', '93a941786373684105cc52a300e937a6a73030ba74959a19af1bd1addf13ae44');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -2551,16 +2600,25 @@ as $$
    retracts a statement of a document it may add to (donto._check_document_writer,
    42501), or one it filed in an A/B arm's measure context. The row is marked by_hand:
    when the conversation grows, the same text in the longer revision is retracted too
-   (donto._carry_retractions). */
+   (donto._carry_retractions). Retracting a recall chunk (mem:episodic/chunk) forgets its
+   words: every current statement of the document over them, in every revision where they
+   stand and every context but the A/B measures (standing statements, claims, the chunks of
+   other projections, session summaries), is retracted with it, "carried over from
+   statement N: <reason>" (donto._forget_in; what is filed over them later is retracted by
+   the trigger donto._forget_new_statements), and recall clips them out of what it reads
+   around a hit (donto._forgotten_text). */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
     v_doc bigint;
     v_filer text;
     v_measure boolean;
+    v_chunk boolean;
+    v_rev bigint;
 begin
-    select s.document_id, s.login_role, c.iri like 'ctx:measure/%'
-    into v_doc, v_filer, v_measure
+    select s.document_id, s.login_role, c.iri like 'ctx:measure/%',
+           s.predicate = 'mem:episodic/chunk' and s.char_start is not null
+    into v_doc, v_filer, v_measure, v_chunk
     from donto.statement as s inner join donto.context as c using (context_id)
     where s.statement_id = v_sid;
     if not found then
@@ -2579,6 +2637,19 @@ begin
     insert into donto.retraction (statement_id, reason, by_hand) values (v_sid, reason, true)
     on conflict on constraint retraction_statement_id_key do nothing
     returning retraction_id into v_id;
+    if v_id is not null and v_chunk and not v_measure then
+        -- Forgetting is about text: the words of this chunk, wherever they stand in the
+        -- document's revisions (donto._forgotten_spans maps them), leave every statement.
+        for v_rev in
+            select r.revision_id from donto.revision as r
+            where r.document_id = v_doc
+                  and exists (select 1 from donto.statement as s
+                              where s.derived_from_revision = r.revision_id)
+            order by r.revision_id
+        loop
+            perform donto._forget_in(v_rev, null);
+        end loop;
+    end if;
     if v_id is null then
         select r.retraction_id into strict v_id
         from donto.retraction as r
@@ -4387,7 +4458,10 @@ chunk's worth; 0: no turn blocks; a longer turn alone, cut to that length).
 Each block takes ONE place, as the standing block does, so a place never holds
 more text than a chunk. A turn row keeps its chunk's statement id, valid time,
 score and ranks; its span and text are the turn's (donto.span_text of the
-revision). Chunk rows past the turns pool follow as usual. PLACE numbers the
+revision), less the words forgotten by AS_OF (donto._forgotten_text: a recall chunk
+retracted by hand), which are clipped out: the pieces left, joined by ' [...] ', span
+from the first kept character to the last; a turn all forgotten is left out. Chunk rows
+past the turns pool follow as usual. PLACE numbers the
 places 1 .. k on every row (the rows of one block share it).
 
 Session heads (ARMS 'hybrid' only): a summary query (it matches
@@ -4497,6 +4571,12 @@ declare
     v_tbuf donto.recall_hit[];
     v_tgrp integer[];
     v_need integer;
+    v_frevs bigint[] := '{}';
+    v_fgone int4multirange[] := '{}';
+    v_fi integer;
+    v_kept int4multirange;
+    v_piece int4range;
+    v_left integer;
     v_buf donto.recall_hit[] := '{}';
     v_early donto.recall_hit[];
     v_moved donto.recall_hit[];
@@ -4928,21 +5008,56 @@ begin
             else
                 continue when (v_hit.revision_id || ':' || v_ts) = any (v_seen);
                 v_seen := v_seen || (v_hit.revision_id || ':' || v_ts);
-                v_te := least(v_te, v_ts + v_turns_chars);
-                if v_used is null or v_used + (v_te - v_ts) > v_turns_chars then
+                -- Forgotten words (recall chunks retracted by hand by AS_OF, wherever
+                -- their text stands in this revision: donto._forgotten_text, once per
+                -- revision) are clipped out of the turn: it keeps its other pieces, in
+                -- order, joined by ' [...] ' and cut to the same length, its span from the
+                -- first kept character to the last; a turn all forgotten is left out.
+                v_fi := pg_catalog.array_position(v_frevs, v_hit.revision_id);
+                if v_fi is null then
+                    v_frevs := v_frevs || v_hit.revision_id;
+                    v_fgone := pg_catalog.array_append(
+                        v_fgone, donto._forgotten_text(v_hit.revision_id, v_as_of));
+                    v_fi := pg_catalog.cardinality(v_frevs);
+                end if;
+                if v_fgone[v_fi] && pg_catalog.int4range(v_ts, v_te) then
+                    v_kept := pg_catalog.int4multirange(pg_catalog.int4range(v_ts, v_te))
+                              - v_fgone[v_fi];
+                    continue when pg_catalog.isempty(v_kept);
+                    v_hit.chunk_text := null;
+                    v_left := v_turns_chars;
+                    for v_piece in select p from pg_catalog.unnest(v_kept) as p loop
+                        if v_hit.chunk_text is not null then
+                            v_left := v_left - 7;  -- ' [...] '
+                        end if;
+                        exit when v_left <= 0;
+                        v_te := least(pg_catalog.upper(v_piece),
+                                      pg_catalog.lower(v_piece) + v_left);
+                        v_hit.chunk_text := case when v_hit.chunk_text is null then ''
+                                                 else v_hit.chunk_text || ' [...] ' end
+                                            || donto.span_text(v_hit.revision_id,
+                                                               pg_catalog.lower(v_piece), v_te);
+                        v_left := v_left - (v_te - pg_catalog.lower(v_piece));
+                    end loop;
+                    v_ts := pg_catalog.lower(v_kept);
+                else
+                    v_te := least(v_te, v_ts + v_turns_chars);
+                    -- The turn's text: from the chunk's own text when the chunk holds it
+                    -- all (nearly always); else from the revision (slower on a long body:
+                    -- a character offset is found by reading the body up to it).
+                    if v_hit.char_start <= v_ts and v_te <= v_hit.char_end then
+                        v_hit.chunk_text := pg_catalog.substr(
+                            v_hit.chunk_text, v_ts - v_hit.char_start + 1, v_te - v_ts);
+                    else
+                        v_hit.chunk_text := donto.span_text(v_hit.revision_id, v_ts, v_te);
+                    end if;
+                end if;
+                if v_used is null
+                   or v_used + pg_catalog.length(v_hit.chunk_text) > v_turns_chars then
                     v_g := v_g + 1;
                     v_used := 0;
                 end if;
-                v_used := v_used + (v_te - v_ts);
-                -- The turn's text: from the chunk's own text when the chunk holds it all
-                -- (nearly always); else from the revision (slower on a long body: a
-                -- character offset is found by reading the body up to it).
-                if v_hit.char_start <= v_ts and v_te <= v_hit.char_end then
-                    v_hit.chunk_text := pg_catalog.substr(
-                        v_hit.chunk_text, v_ts - v_hit.char_start + 1, v_te - v_ts);
-                else
-                    v_hit.chunk_text := donto.span_text(v_hit.revision_id, v_ts, v_te);
-                end if;
+                v_used := v_used + pg_catalog.length(v_hit.chunk_text);
                 v_hit.char_start := v_ts;
                 v_hit.char_end := v_te;
             end if;
@@ -9146,7 +9261,9 @@ comment on function donto._spans_in(bigint, bigint, integer[], integer[]) is
 'P_NEW, a changed text of the same conversation: rows (i from 1, start, end); none, one or '
 'several per span (donto_pg.core.spans).';
 
-create or replace function donto._forgotten_spans(p_context_id bigint, p_revision_id bigint)
+create or replace function donto._forgotten_spans(
+    p_context_id bigint, p_revision_id bigint, p_as_of timestamptz
+)
 returns table (
     statement_id bigint, subject text, predicate text, object_lit jsonb,
     char_start integer, char_end integer, reason text, login_role text
@@ -9169,8 +9286,12 @@ forgotten span is mapped from the text it was forgotten in, once, and does not w
 every edit; and only those asked by a login that may add to the document now
 (donto._login_writes_document: the owner, the document's login, a member of it): a
 writer who registered the start of a text first and retracted it cannot hide the text of
-the owner, who took the document by loading it. For donto._carry_retractions and
-donto._reconcile_claims.
+the owner, who took the document by loading it. P_AS_OF (null: now): only the
+retractions made by then.
+P_CONTEXT_ID null: the forgotten WORDS of the document (migration 034): the recall chunks
+(mem:episodic/chunk) retracted by hand in any context of the document, P_REVISION_ID's own
+included, as spans of P_REVISION_ID (donto._forgotten_text, donto._forget_in). For
+donto._carry_retractions and donto._reconcile_claims (with a context).
 */
     with gone as materialized (
         select
@@ -9181,9 +9302,15 @@ donto._reconcile_claims.
             ) as same_place
         from donto.retraction as r
         inner join donto.statement as o on r.statement_id = o.statement_id
-        where r.by_hand and o.context_id = p_context_id
-              and o.derived_from_revision <> p_revision_id
+        where r.by_hand
+              and case when p_context_id is null
+                       then o.predicate = 'mem:episodic/chunk' and o.char_start is not null
+                            and o.document_id = (select n.document_id from donto.revision as n
+                                                 where n.revision_id = p_revision_id)
+                       else o.context_id = p_context_id
+                            and o.derived_from_revision <> p_revision_id end
               and r.reason not like 'carried over from statement %'
+              and (p_as_of is null or r.tx_from <= p_as_of)
               and donto._login_writes_document(
                   r.login_role,
                   (select n.document_id from donto.revision as n
@@ -9211,9 +9338,153 @@ donto._reconcile_claims.
     inner join gone as g on x.ids[m.i] = g.statement_id;
 $$;
 
+comment on function donto._forgotten_spans(bigint, bigint, timestamptz) is
+'What was retracted by hand in a context (null: the recall chunks of the whole document, '
+'the revision''s own included), as spans of this revision (where its text stands here when '
+'the conversation changed), as of a time (null: now).';
+
+create or replace function donto._forgotten_spans(p_context_id bigint, p_revision_id bigint)
+returns table (
+    statement_id bigint, subject text, predicate text, object_lit jsonb,
+    char_start integer, char_end integer, reason text, login_role text
+)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* donto._forgotten_spans(P_CONTEXT_ID, P_REVISION_ID, null): as known now. */
+    select * from donto._forgotten_spans(p_context_id, p_revision_id, null::timestamptz);
+$$;
+
 comment on function donto._forgotten_spans(bigint, bigint) is
 'What was retracted by hand in a context, from other revisions, as spans of this revision '
 '(where its text stands here when the conversation changed).';
+
+create or replace function donto._forgotten_text(p_revision_id bigint, p_as_of timestamptz)
+returns int4multirange
+language sql
+stable
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The forgotten words of revision P_REVISION_ID as known at P_AS_OF (null: now): the spans
+of the recall chunks retracted by hand (donto.retract) in any revision of its document,
+as they stand in this one (donto._forgotten_spans with no context: the same place in its
+lineage, where the text stands now when the conversation changed; only the retractions
+asked by a login that may add to the document). Empty when nothing was forgotten. Recall
+clips these characters out of what it reads from the body around a hit (turn blocks) and
+leaves out the recall keys that hold any of them. A definer (it maps spans through the
+bodies with donto._spans_in, which readers may not call); it returns offsets only.
+*/
+    select coalesce(pg_catalog.range_agg(pg_catalog.int4range(f.char_start, f.char_end)),
+                    '{}'::int4multirange)
+    from donto._forgotten_spans(null, p_revision_id, p_as_of) as f
+    where f.char_start < f.char_end;
+$$;
+
+comment on function donto._forgotten_text(bigint, timestamptz) is
+'The spans of a revision whose words were forgotten (recall chunks retracted by hand, mapped '
+'to this revision), as of a time; recall clips them out of turn blocks.';
+
+create or replace function donto._forget_in(p_revision_id bigint, p_ids bigint[])
+returns integer
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Forgetting is about text: retract the current statements of revision P_REVISION_ID (only
+those of P_IDS, unless null) whose span overlaps words forgotten there
+(donto._forgotten_spans with no context: a recall chunk retracted by hand in any revision of
+the document, mapped to this one), in every context but the A/B measure ones: the chunks of
+other recall projections, standing statements (the rules' and an LLM run's), claims, session
+summaries. Reason "carried over from statement N: <reason>", by hand, in the name of whoever
+asked (so donto._forgotten_spans does not take them for forgotten text of their own and the
+area does not widen). Called by donto.retract (the revisions of the document) and by the
+trigger donto._forget_new_statements (what is filed later: a grown or changed text's
+projections, claims extracted afterwards). Returns the count.
+*/
+    with gone as materialized (
+        select f.statement_id, f.char_start, f.char_end, f.reason, f.login_role
+        from donto._forgotten_spans(null, p_revision_id, null) as f
+        where f.char_start < f.char_end
+    ),
+    carried as (
+        insert into donto.retraction (statement_id, reason, by_hand, login_role)
+        select distinct on (s.statement_id)
+            s.statement_id,
+            pg_catalog.format('carried over from statement %s: %s', g.statement_id, g.reason),
+            true,
+            g.login_role
+        from gone as g
+        inner join donto.statement as s
+            on s.derived_from_revision = p_revision_id
+               and s.char_start < g.char_end and g.char_start < s.char_end
+        inner join donto.context as c on s.context_id = c.context_id
+        where (p_ids is null or s.statement_id = any(p_ids))
+              and c.iri not like 'ctx:measure/%'
+              and not exists (select 1 from donto.retraction as r2
+                              where r2.statement_id = s.statement_id)
+        order by s.statement_id, g.statement_id
+        on conflict do nothing
+        returning 1
+    )
+    select pg_catalog.count(*)::integer from carried;
+$$;
+
+comment on function donto._forget_in(bigint, bigint[]) is
+'Retract the statements of a revision (of P_IDS, or all) that overlap its forgotten words '
+'(recall chunks retracted by hand, mapped to it), every context but A/B measures; returns '
+'the count.';
+
+create or replace function donto._forget_new_statements()
+returns trigger
+language plpgsql
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Statement trigger on donto.statement (AFTER INSERT, transition table new_rows): what is
+filed over forgotten words is retracted at once (donto._forget_in), whichever projection
+filed it (the re-cut window of a grown text, a changed text's chunks and standing
+statements, claims extracted after the retraction, a session summary), so no statement
+ever shows a forgotten text, as_of any time. Costs one probe of the partial index of the
+retractions by hand when nothing was ever forgotten.
+*/
+declare
+    v_rev bigint;
+begin
+    if not exists (select 1 from donto.retraction as r where r.by_hand) then
+        return null;
+    end if;
+    for v_rev in
+        select distinct n.derived_from_revision from new_rows as n
+        where n.char_start is not null and n.derived_from_revision is not null
+              and exists (
+                  select 1 from donto.retraction as r
+                  inner join donto.statement as o on r.statement_id = o.statement_id
+                  where r.by_hand and o.predicate = 'mem:episodic/chunk'
+                        and o.document_id = n.document_id)
+    loop
+        perform donto._forget_in(
+            v_rev,
+            array(select n.statement_id from new_rows as n
+                  where n.derived_from_revision = v_rev and n.char_start is not null));
+    end loop;
+    return null;
+end;
+$$;
+
+comment on function donto._forget_new_statements() is
+'Trigger: a statement filed over forgotten words (a recall chunk retracted by hand) is '
+'retracted at once, carried over from that chunk.';
+
+create or replace trigger forget_new_statements after insert on donto.statement
+referencing new table as new_rows
+for each statement execute function donto._forget_new_statements();
 
 create or replace function donto._carry_retractions(p_context_id bigint, p_revision_id bigint)
 returns integer
@@ -10687,7 +10958,8 @@ lexemes weighed down as in donto._recall_lexical; exact, so left out when the
 context has more than donto.recall_key_lexical_max keys, default 2,500); the
 top P_POOL of each, each mapped to the chunk of its projection that holds the
 turn's header (known at P_AS_OF, not superseded by then; a key whose chunk was
-retracted by then is left out). The key vector arm reads the projection's own HNSW
+retracted by then is left out, and so is a key whose turn holds words forgotten by then,
+donto._forgotten_text). The key vector arm reads the projection's own HNSW
 index when the context has one projection and donto._ensure_key_indexes gave it one,
 else it scans the projections' key vectors exactly. Returns one row per chunk with its
 best rank in each key arm (null: not ranked by it).
@@ -10819,6 +11091,16 @@ begin
     ranked as (
         select coalesce(a.key_id, b.key_id) as key_id, a.r as vr, b.r as lr
         from kv as a full outer join kl as b on a.key_id = b.key_id
+    ),
+    -- The forgotten words of the keys' revisions (recall chunks retracted by hand by
+    -- P_AS_OF, donto._forgotten_text), once per revision; only when anything was ever
+    -- retracted by hand (a probe of a partial index).
+    gone as materialized (
+        select x.rev, donto._forgotten_text(x.rev, p_as_of) as spans
+        from (select distinct k0.revision_id as rev
+              from ranked as r0 inner join donto.x_turn_key as k0 on r0.key_id = k0.key_id
+        ) as x
+        where exists (select 1 from donto.retraction as rb where rb.by_hand)
     )
     select hm.statement_id, pg_catalog.min(rk.vr), pg_catalog.min(rk.lr)
     from ranked as rk
@@ -10836,11 +11118,16 @@ begin
         order by m.char_start desc, m.statement_id desc
         limit 1
     ) as hm
-    -- A retracted chunk stands for nothing (by then).
+    -- A retracted chunk stands for nothing (by then); nor does a key whose turn holds
+    -- forgotten words (its text would find them).
     where not exists (
         select 1 from donto.retraction as rt
         where rt.statement_id = hm.statement_id
               and (p_as_of is null or rt.tx_from <= p_as_of))
+          and not exists (
+              select 1 from gone as g
+              where g.rev = k.revision_id
+                    and g.spans && pg_catalog.int4range(k.header_start, k.char_end))
     group by hm.statement_id;
 end;
 $$;

@@ -15,16 +15,25 @@ as $$
    retracts a statement of a document it may add to (donto._check_document_writer,
    42501), or one it filed in an A/B arm's measure context. The row is marked by_hand:
    when the conversation grows, the same text in the longer revision is retracted too
-   (donto._carry_retractions). */
+   (donto._carry_retractions). Retracting a recall chunk (mem:episodic/chunk) forgets its
+   words: every current statement of the document over them, in every revision where they
+   stand and every context but the A/B measures (standing statements, claims, the chunks of
+   other projections, session summaries), is retracted with it, "carried over from
+   statement N: <reason>" (donto._forget_in; what is filed over them later is retracted by
+   the trigger donto._forget_new_statements), and recall clips them out of what it reads
+   around a hit (donto._forgotten_text). */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
     v_doc bigint;
     v_filer text;
     v_measure boolean;
+    v_chunk boolean;
+    v_rev bigint;
 begin
-    select s.document_id, s.login_role, c.iri like 'ctx:measure/%'
-    into v_doc, v_filer, v_measure
+    select s.document_id, s.login_role, c.iri like 'ctx:measure/%',
+           s.predicate = 'mem:episodic/chunk' and s.char_start is not null
+    into v_doc, v_filer, v_measure, v_chunk
     from donto.statement as s inner join donto.context as c using (context_id)
     where s.statement_id = v_sid;
     if not found then
@@ -43,6 +52,19 @@ begin
     insert into donto.retraction (statement_id, reason, by_hand) values (v_sid, reason, true)
     on conflict on constraint retraction_statement_id_key do nothing
     returning retraction_id into v_id;
+    if v_id is not null and v_chunk and not v_measure then
+        -- Forgetting is about text: the words of this chunk, wherever they stand in the
+        -- document's revisions (donto._forgotten_spans maps them), leave every statement.
+        for v_rev in
+            select r.revision_id from donto.revision as r
+            where r.document_id = v_doc
+                  and exists (select 1 from donto.statement as s
+                              where s.derived_from_revision = r.revision_id)
+            order by r.revision_id
+        loop
+            perform donto._forget_in(v_rev, null);
+        end loop;
+    end if;
     if v_id is null then
         select r.retraction_id into strict v_id
         from donto.retraction as r

@@ -1385,7 +1385,10 @@ chunk's worth; 0: no turn blocks; a longer turn alone, cut to that length).
 Each block takes ONE place, as the standing block does, so a place never holds
 more text than a chunk. A turn row keeps its chunk's statement id, valid time,
 score and ranks; its span and text are the turn's (donto.span_text of the
-revision). Chunk rows past the turns pool follow as usual. PLACE numbers the
+revision), less the words forgotten by AS_OF (donto._forgotten_text: a recall chunk
+retracted by hand), which are clipped out: the pieces left, joined by ' [...] ', span
+from the first kept character to the last; a turn all forgotten is left out. Chunk rows
+past the turns pool follow as usual. PLACE numbers the
 places 1 .. k on every row (the rows of one block share it).
 
 Session heads (ARMS 'hybrid' only): a summary query (it matches
@@ -1495,6 +1498,12 @@ declare
     v_tbuf donto.recall_hit[];
     v_tgrp integer[];
     v_need integer;
+    v_frevs bigint[] := '{}';
+    v_fgone int4multirange[] := '{}';
+    v_fi integer;
+    v_kept int4multirange;
+    v_piece int4range;
+    v_left integer;
     v_buf donto.recall_hit[] := '{}';
     v_early donto.recall_hit[];
     v_moved donto.recall_hit[];
@@ -1926,21 +1935,56 @@ begin
             else
                 continue when (v_hit.revision_id || ':' || v_ts) = any (v_seen);
                 v_seen := v_seen || (v_hit.revision_id || ':' || v_ts);
-                v_te := least(v_te, v_ts + v_turns_chars);
-                if v_used is null or v_used + (v_te - v_ts) > v_turns_chars then
+                -- Forgotten words (recall chunks retracted by hand by AS_OF, wherever
+                -- their text stands in this revision: donto._forgotten_text, once per
+                -- revision) are clipped out of the turn: it keeps its other pieces, in
+                -- order, joined by ' [...] ' and cut to the same length, its span from the
+                -- first kept character to the last; a turn all forgotten is left out.
+                v_fi := pg_catalog.array_position(v_frevs, v_hit.revision_id);
+                if v_fi is null then
+                    v_frevs := v_frevs || v_hit.revision_id;
+                    v_fgone := pg_catalog.array_append(
+                        v_fgone, donto._forgotten_text(v_hit.revision_id, v_as_of));
+                    v_fi := pg_catalog.cardinality(v_frevs);
+                end if;
+                if v_fgone[v_fi] && pg_catalog.int4range(v_ts, v_te) then
+                    v_kept := pg_catalog.int4multirange(pg_catalog.int4range(v_ts, v_te))
+                              - v_fgone[v_fi];
+                    continue when pg_catalog.isempty(v_kept);
+                    v_hit.chunk_text := null;
+                    v_left := v_turns_chars;
+                    for v_piece in select p from pg_catalog.unnest(v_kept) as p loop
+                        if v_hit.chunk_text is not null then
+                            v_left := v_left - 7;  -- ' [...] '
+                        end if;
+                        exit when v_left <= 0;
+                        v_te := least(pg_catalog.upper(v_piece),
+                                      pg_catalog.lower(v_piece) + v_left);
+                        v_hit.chunk_text := case when v_hit.chunk_text is null then ''
+                                                 else v_hit.chunk_text || ' [...] ' end
+                                            || donto.span_text(v_hit.revision_id,
+                                                               pg_catalog.lower(v_piece), v_te);
+                        v_left := v_left - (v_te - pg_catalog.lower(v_piece));
+                    end loop;
+                    v_ts := pg_catalog.lower(v_kept);
+                else
+                    v_te := least(v_te, v_ts + v_turns_chars);
+                    -- The turn's text: from the chunk's own text when the chunk holds it
+                    -- all (nearly always); else from the revision (slower on a long body:
+                    -- a character offset is found by reading the body up to it).
+                    if v_hit.char_start <= v_ts and v_te <= v_hit.char_end then
+                        v_hit.chunk_text := pg_catalog.substr(
+                            v_hit.chunk_text, v_ts - v_hit.char_start + 1, v_te - v_ts);
+                    else
+                        v_hit.chunk_text := donto.span_text(v_hit.revision_id, v_ts, v_te);
+                    end if;
+                end if;
+                if v_used is null
+                   or v_used + pg_catalog.length(v_hit.chunk_text) > v_turns_chars then
                     v_g := v_g + 1;
                     v_used := 0;
                 end if;
-                v_used := v_used + (v_te - v_ts);
-                -- The turn's text: from the chunk's own text when the chunk holds it all
-                -- (nearly always); else from the revision (slower on a long body: a
-                -- character offset is found by reading the body up to it).
-                if v_hit.char_start <= v_ts and v_te <= v_hit.char_end then
-                    v_hit.chunk_text := pg_catalog.substr(
-                        v_hit.chunk_text, v_ts - v_hit.char_start + 1, v_te - v_ts);
-                else
-                    v_hit.chunk_text := donto.span_text(v_hit.revision_id, v_ts, v_te);
-                end if;
+                v_used := v_used + pg_catalog.length(v_hit.chunk_text);
                 v_hit.char_start := v_ts;
                 v_hit.char_end := v_te;
             end if;

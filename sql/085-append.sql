@@ -764,7 +764,9 @@ comment on function donto._spans_in(bigint, bigint, integer[], integer[]) is
 'P_NEW, a changed text of the same conversation: rows (i from 1, start, end); none, one or '
 'several per span (donto_pg.core.spans).';
 
-create or replace function donto._forgotten_spans(p_context_id bigint, p_revision_id bigint)
+create or replace function donto._forgotten_spans(
+    p_context_id bigint, p_revision_id bigint, p_as_of timestamptz
+)
 returns table (
     statement_id bigint, subject text, predicate text, object_lit jsonb,
     char_start integer, char_end integer, reason text, login_role text
@@ -787,8 +789,12 @@ forgotten span is mapped from the text it was forgotten in, once, and does not w
 every edit; and only those asked by a login that may add to the document now
 (donto._login_writes_document: the owner, the document's login, a member of it): a
 writer who registered the start of a text first and retracted it cannot hide the text of
-the owner, who took the document by loading it. For donto._carry_retractions and
-donto._reconcile_claims.
+the owner, who took the document by loading it. P_AS_OF (null: now): only the
+retractions made by then.
+P_CONTEXT_ID null: the forgotten WORDS of the document (migration 034): the recall chunks
+(mem:episodic/chunk) retracted by hand in any context of the document, P_REVISION_ID's own
+included, as spans of P_REVISION_ID (donto._forgotten_text, donto._forget_in). For
+donto._carry_retractions and donto._reconcile_claims (with a context).
 */
     with gone as materialized (
         select
@@ -799,9 +805,15 @@ donto._reconcile_claims.
             ) as same_place
         from donto.retraction as r
         inner join donto.statement as o on r.statement_id = o.statement_id
-        where r.by_hand and o.context_id = p_context_id
-              and o.derived_from_revision <> p_revision_id
+        where r.by_hand
+              and case when p_context_id is null
+                       then o.predicate = 'mem:episodic/chunk' and o.char_start is not null
+                            and o.document_id = (select n.document_id from donto.revision as n
+                                                 where n.revision_id = p_revision_id)
+                       else o.context_id = p_context_id
+                            and o.derived_from_revision <> p_revision_id end
               and r.reason not like 'carried over from statement %'
+              and (p_as_of is null or r.tx_from <= p_as_of)
               and donto._login_writes_document(
                   r.login_role,
                   (select n.document_id from donto.revision as n
@@ -829,9 +841,153 @@ donto._reconcile_claims.
     inner join gone as g on x.ids[m.i] = g.statement_id;
 $$;
 
+comment on function donto._forgotten_spans(bigint, bigint, timestamptz) is
+'What was retracted by hand in a context (null: the recall chunks of the whole document, '
+'the revision''s own included), as spans of this revision (where its text stands here when '
+'the conversation changed), as of a time (null: now).';
+
+create or replace function donto._forgotten_spans(p_context_id bigint, p_revision_id bigint)
+returns table (
+    statement_id bigint, subject text, predicate text, object_lit jsonb,
+    char_start integer, char_end integer, reason text, login_role text
+)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* donto._forgotten_spans(P_CONTEXT_ID, P_REVISION_ID, null): as known now. */
+    select * from donto._forgotten_spans(p_context_id, p_revision_id, null::timestamptz);
+$$;
+
 comment on function donto._forgotten_spans(bigint, bigint) is
 'What was retracted by hand in a context, from other revisions, as spans of this revision '
 '(where its text stands here when the conversation changed).';
+
+create or replace function donto._forgotten_text(p_revision_id bigint, p_as_of timestamptz)
+returns int4multirange
+language sql
+stable
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The forgotten words of revision P_REVISION_ID as known at P_AS_OF (null: now): the spans
+of the recall chunks retracted by hand (donto.retract) in any revision of its document,
+as they stand in this one (donto._forgotten_spans with no context: the same place in its
+lineage, where the text stands now when the conversation changed; only the retractions
+asked by a login that may add to the document). Empty when nothing was forgotten. Recall
+clips these characters out of what it reads from the body around a hit (turn blocks) and
+leaves out the recall keys that hold any of them. A definer (it maps spans through the
+bodies with donto._spans_in, which readers may not call); it returns offsets only.
+*/
+    select coalesce(pg_catalog.range_agg(pg_catalog.int4range(f.char_start, f.char_end)),
+                    '{}'::int4multirange)
+    from donto._forgotten_spans(null, p_revision_id, p_as_of) as f
+    where f.char_start < f.char_end;
+$$;
+
+comment on function donto._forgotten_text(bigint, timestamptz) is
+'The spans of a revision whose words were forgotten (recall chunks retracted by hand, mapped '
+'to this revision), as of a time; recall clips them out of turn blocks.';
+
+create or replace function donto._forget_in(p_revision_id bigint, p_ids bigint[])
+returns integer
+language sql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Forgetting is about text: retract the current statements of revision P_REVISION_ID (only
+those of P_IDS, unless null) whose span overlaps words forgotten there
+(donto._forgotten_spans with no context: a recall chunk retracted by hand in any revision of
+the document, mapped to this one), in every context but the A/B measure ones: the chunks of
+other recall projections, standing statements (the rules' and an LLM run's), claims, session
+summaries. Reason "carried over from statement N: <reason>", by hand, in the name of whoever
+asked (so donto._forgotten_spans does not take them for forgotten text of their own and the
+area does not widen). Called by donto.retract (the revisions of the document) and by the
+trigger donto._forget_new_statements (what is filed later: a grown or changed text's
+projections, claims extracted afterwards). Returns the count.
+*/
+    with gone as materialized (
+        select f.statement_id, f.char_start, f.char_end, f.reason, f.login_role
+        from donto._forgotten_spans(null, p_revision_id, null) as f
+        where f.char_start < f.char_end
+    ),
+    carried as (
+        insert into donto.retraction (statement_id, reason, by_hand, login_role)
+        select distinct on (s.statement_id)
+            s.statement_id,
+            pg_catalog.format('carried over from statement %s: %s', g.statement_id, g.reason),
+            true,
+            g.login_role
+        from gone as g
+        inner join donto.statement as s
+            on s.derived_from_revision = p_revision_id
+               and s.char_start < g.char_end and g.char_start < s.char_end
+        inner join donto.context as c on s.context_id = c.context_id
+        where (p_ids is null or s.statement_id = any(p_ids))
+              and c.iri not like 'ctx:measure/%'
+              and not exists (select 1 from donto.retraction as r2
+                              where r2.statement_id = s.statement_id)
+        order by s.statement_id, g.statement_id
+        on conflict do nothing
+        returning 1
+    )
+    select pg_catalog.count(*)::integer from carried;
+$$;
+
+comment on function donto._forget_in(bigint, bigint[]) is
+'Retract the statements of a revision (of P_IDS, or all) that overlap its forgotten words '
+'(recall chunks retracted by hand, mapped to it), every context but A/B measures; returns '
+'the count.';
+
+create or replace function donto._forget_new_statements()
+returns trigger
+language plpgsql
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Statement trigger on donto.statement (AFTER INSERT, transition table new_rows): what is
+filed over forgotten words is retracted at once (donto._forget_in), whichever projection
+filed it (the re-cut window of a grown text, a changed text's chunks and standing
+statements, claims extracted after the retraction, a session summary), so no statement
+ever shows a forgotten text, as_of any time. Costs one probe of the partial index of the
+retractions by hand when nothing was ever forgotten.
+*/
+declare
+    v_rev bigint;
+begin
+    if not exists (select 1 from donto.retraction as r where r.by_hand) then
+        return null;
+    end if;
+    for v_rev in
+        select distinct n.derived_from_revision from new_rows as n
+        where n.char_start is not null and n.derived_from_revision is not null
+              and exists (
+                  select 1 from donto.retraction as r
+                  inner join donto.statement as o on r.statement_id = o.statement_id
+                  where r.by_hand and o.predicate = 'mem:episodic/chunk'
+                        and o.document_id = n.document_id)
+    loop
+        perform donto._forget_in(
+            v_rev,
+            array(select n.statement_id from new_rows as n
+                  where n.derived_from_revision = v_rev and n.char_start is not null));
+    end loop;
+    return null;
+end;
+$$;
+
+comment on function donto._forget_new_statements() is
+'Trigger: a statement filed over forgotten words (a recall chunk retracted by hand) is '
+'retracted at once, carried over from that chunk.';
+
+create or replace trigger forget_new_statements after insert on donto.statement
+referencing new table as new_rows
+for each statement execute function donto._forget_new_statements();
 
 create or replace function donto._carry_retractions(p_context_id bigint, p_revision_id bigint)
 returns integer

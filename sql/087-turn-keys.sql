@@ -234,7 +234,8 @@ lexemes weighed down as in donto._recall_lexical; exact, so left out when the
 context has more than donto.recall_key_lexical_max keys, default 2,500); the
 top P_POOL of each, each mapped to the chunk of its projection that holds the
 turn's header (known at P_AS_OF, not superseded by then; a key whose chunk was
-retracted by then is left out). The key vector arm reads the projection's own HNSW
+retracted by then is left out, and so is a key whose turn holds words forgotten by then,
+donto._forgotten_text). The key vector arm reads the projection's own HNSW
 index when the context has one projection and donto._ensure_key_indexes gave it one,
 else it scans the projections' key vectors exactly. Returns one row per chunk with its
 best rank in each key arm (null: not ranked by it).
@@ -366,6 +367,16 @@ begin
     ranked as (
         select coalesce(a.key_id, b.key_id) as key_id, a.r as vr, b.r as lr
         from kv as a full outer join kl as b on a.key_id = b.key_id
+    ),
+    -- The forgotten words of the keys' revisions (recall chunks retracted by hand by
+    -- P_AS_OF, donto._forgotten_text), once per revision; only when anything was ever
+    -- retracted by hand (a probe of a partial index).
+    gone as materialized (
+        select x.rev, donto._forgotten_text(x.rev, p_as_of) as spans
+        from (select distinct k0.revision_id as rev
+              from ranked as r0 inner join donto.x_turn_key as k0 on r0.key_id = k0.key_id
+        ) as x
+        where exists (select 1 from donto.retraction as rb where rb.by_hand)
     )
     select hm.statement_id, pg_catalog.min(rk.vr), pg_catalog.min(rk.lr)
     from ranked as rk
@@ -383,11 +394,16 @@ begin
         order by m.char_start desc, m.statement_id desc
         limit 1
     ) as hm
-    -- A retracted chunk stands for nothing (by then).
+    -- A retracted chunk stands for nothing (by then); nor does a key whose turn holds
+    -- forgotten words (its text would find them).
     where not exists (
         select 1 from donto.retraction as rt
         where rt.statement_id = hm.statement_id
               and (p_as_of is null or rt.tx_from <= p_as_of))
+          and not exists (
+              select 1 from gone as g
+              where g.rev = k.revision_id
+                    and g.spans && pg_catalog.int4range(k.header_start, k.char_end))
     group by hm.statement_id;
 end;
 $$;

@@ -843,9 +843,12 @@ def test_what_was_retracted_by_hand_stays_retracted_when_the_conversation_change
     secret = "My password hint is blue dog."
 
     def chat(reply: str) -> list[dict]:
-        return [{"role": "user", "content": f"I live in Oslo. {secret}",
-                 "timestamp": "2024-05-01"},
-                {"role": "assistant", "content": reply},
+        # (the secret in a chunk of its own: forgetting a chunk forgets every claim and
+        # standing statement over its words, migration 034)
+        return [{"role": "user", "content": "I live in Oslo.", "timestamp": "2024-05-01"},
+                {"role": "assistant", "content": "Fine. " * 220},
+                {"role": "user", "content": secret},
+                {"role": "assistant", "content": reply + " " + "Noted. " * 190},
                 {"role": "user", "content": rule},
                 {"role": "assistant", "content": "Okay."}]
 
@@ -884,13 +887,17 @@ def test_what_was_retracted_by_hand_stays_retracted_when_the_conversation_change
     claims = db.execute("select s.object_lit ->> 'v' from donto.x_claim join "
                         "donto.statement_current as s using (statement_id) "
                         "where s.derived_from_revision = %s", (rev2,)).fetchall()
-    assert claims and ("Oslo",) not in claims
+    # none current: Oslo carried from its claim, the password hint from its chunk, whose
+    # words are forgotten (migration 034; before it the hint's claim stayed current)
+    assert claims == []
+    assert db.execute("select count(*) from donto.x_claim join donto.statement s using "
+                      "(statement_id) where s.derived_from_revision = %s", (rev2,)).fetchone()[0]
     carried = sorted(r for r, in db.execute(
         "select r.reason from donto.retraction r join donto.statement s using (statement_id) "
         "where s.derived_from_revision = %s and r.by_hand", (rev2,)).fetchall())
-    assert carried == sorted([f"carried over from statement {chunk}: forget my password hint",
-                              f"carried over from statement {instruction}: forget imperial",
-                              f"carried over from statement {oslo}: forget where I live"])
+    assert set(carried) == {f"carried over from statement {chunk}: forget my password hint",
+                            f"carried over from statement {instruction}: forget imperial",
+                            f"carried over from statement {oslo}: forget where I live"}
     db.commit()
 
 
