@@ -966,11 +966,10 @@ begin
     for v_rev in
         select distinct n.derived_from_revision from new_rows as n
         where n.char_start is not null and n.derived_from_revision is not null
-              and exists (
-                  select 1 from donto.retraction as r
+              and n.document_id in (  -- once for all rows (a hashed semi-join), not per row
+                  select o.document_id from donto.retraction as r
                   inner join donto.statement as o on r.statement_id = o.statement_id
-                  where r.by_hand and o.predicate = 'mem:episodic/chunk'
-                        and o.document_id = n.document_id)
+                  where r.by_hand and o.predicate = 'mem:episodic/chunk')
     loop
         perform donto._forget_in(
             v_rev,
