@@ -358,6 +358,7 @@ class _Workers:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._conns: list[psycopg.Connection] = []
+        self.pids: set[int] = set()  # every backend this session's workers used
 
     def conn(self) -> psycopg.Connection:
         c = getattr(self._local, "conn", None)
@@ -366,6 +367,7 @@ class _Workers:
             self._local.conn = c
             with self._lock:
                 self._conns.append(c)
+                self.pids.add(c.info.backend_pid)
         return c
 
     def close(self) -> None:
@@ -434,16 +436,19 @@ def _release(conn: psycopg.Connection, run_id: int, block_id: int) -> None:
             conn.rollback()
 
 
-def _holders(conn: psycopg.Connection, run_id: int, blocks: list[int]) -> dict[int, int]:
-    """block -> pid of the other live session holding it (donto.extraction_block_holder)."""
+def _holders(conn: psycopg.Connection, run_id: int, blocks: list[int],
+             mine: set[int]) -> dict[int, int]:
+    """block -> pid of the other live session holding it (donto.extraction_block_holder);
+    MINE: the backends of this session's workers (a worker's lease whose release failed,
+    or a closed worker's backend that has not exited yet, is not another session's)."""
     if not blocks:
         return {}
     rows = conn.execute(
         "select b.id, donto.extraction_block_holder(%s, b.id) from unnest(%s::bigint[]) as b (id)",
         (run_id, blocks)).fetchall()
     conn.commit()
-    me = conn.info.backend_pid
-    return {b: pid for b, pid in rows if pid is not None and pid != me}
+    mine = mine | {conn.info.backend_pid}
+    return {b: pid for b, pid in rows if pid is not None and pid not in mine}
 
 
 def _event(conn: psycopg.Connection, run_id: int, event: str, detail: Mapping[str, Any]) -> None:
@@ -589,7 +594,7 @@ def extract_blocks(
     left = pending(run_id, None)
     main.commit()
     report.pending_after = len(left)
-    held = _holders(main, run_id, left)
+    held = _holders(main, run_id, left, workers.pids)
     report.handed_over, report.held_by = len(held), sorted(set(held.values()))
     if report.stopped is None and report.pending_after > report.handed_over:
         rest = report.pending_after - report.handed_over

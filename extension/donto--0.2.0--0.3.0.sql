@@ -2190,15 +2190,16 @@ open transaction holds nothing back), or the present (clock_timestamp()) when th
 none; the caller's own transaction is the caller's to see. Security definer: pg_stat_activity shows another role's transaction
 start only to a superuser or a member of pg_read_all_stats.
 A prepared transaction (PREPARE TRANSACTION, when max_prepared_transactions > 0) of such a
-login is not in pg_stat_activity and its start time is known nowhere: while one is pending
-in this database the horizon is -infinity (nothing past is settled until it is committed
-or rolled back).
+login that holds a lock to write a donto table is not in pg_stat_activity and its start
+time is known nowhere: while one is pending in this database the horizon is -infinity
+(nothing past is settled until it is committed or rolled back).
 */
 declare
     v_now timestamptz := pg_catalog.clock_timestamp();
     v_oldest timestamptz;
     v_owner oid := (select n.nspowner from pg_catalog.pg_namespace as n
                     where n.nspname = 'donto');
+    v_schema oid := (select n.oid from pg_catalog.pg_namespace as n where n.nspname = 'donto');
 begin
     -- A fresh view of the backends (the statistics snapshot is cached per transaction).
     perform pg_catalog.pg_stat_clear_snapshot();
@@ -2219,6 +2220,19 @@ begin
         where x.database = pg_catalog.current_database()
               and (pg_catalog.pg_has_role(r.oid, 'donto_writer', 'MEMBER')
                    or pg_catalog.pg_has_role(r.oid, v_owner, 'MEMBER'))
+              -- and it wrote (or may write) donto rows: it holds a lock to write a donto
+              -- relation (an empty prepared transaction holds nothing back)
+              -- (a prepared transaction's locks are its dummy backend's, pid null: the one
+              -- holding the lock on its transaction id)
+              and exists (
+                  select from pg_catalog.pg_locks as t
+                  inner join pg_catalog.pg_locks as l
+                      on l.virtualtransaction = t.virtualtransaction and l.pid is null
+                  inner join pg_catalog.pg_class as c on l.relation = c.oid
+                  where t.locktype = 'transactionid' and t.transactionid = x.transaction
+                        and t.pid is null
+                        and l.locktype = 'relation' and c.relnamespace = v_schema
+                        and l.mode not in ('AccessShareLock', 'RowShareLock'))
     ) then
         return '-infinity';
     end if;
