@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG
+from stat import S_ISDIR, S_ISLNK, S_ISREG, S_ISVTX
 
 PG_BIN = Path(os.environ.get("DONTO_PG_BIN", "/usr/lib/postgresql/15/bin"))
 SUPERUSER = "donto"
@@ -94,6 +94,43 @@ def _server_env() -> dict[str, str]:
     return env
 
 
+def _check_way(path: Path) -> None:
+    """Refuse PATH when another OS user could change the way to it under us: a symlink on
+    it that is theirs, or a directory on it that they own or may write in (unless it is
+    sticky, as /tmp is: then only the entries we made are ours to change). Root or the
+    caller must own everything on the way, so nothing root does under DONTO_HOME (mkdir,
+    chown, chmod) can be sent elsewhere. Symlinks of root's or ours are followed."""
+    trusted = {0, os.geteuid()}
+    cur, todo, hops = Path("/"), list(path.parts[1:]), 0
+    while todo:
+        st = os.stat(cur)
+        if st.st_uid not in trusted:
+            raise ClusterError(f"{cur} belongs to the OS user {_user_name(st.st_uid)!r}: it "
+                               f"could change the way to {path}; choose a DONTO_HOME whose "
+                               "directories are yours or root's")
+        if st.st_mode & 0o022 and not st.st_mode & S_ISVTX:
+            raise ClusterError(f"other OS users may write in {cur} (mode "
+                               f"{st.st_mode & 0o7777:o}, not sticky): they could change "
+                               f"the way to {path}")
+        nxt = cur / todo.pop(0)
+        try:
+            link = os.lstat(nxt)
+        except FileNotFoundError:
+            return  # what is left is made by us
+        if not S_ISLNK(link.st_mode):
+            cur = nxt
+            continue
+        if link.st_uid not in trusted:
+            raise ClusterError(f"{nxt} is a symlink of the OS user "
+                               f"{_user_name(link.st_uid)!r}: DONTO_HOME may not go "
+                               "through another user's symlink")
+        hops += 1
+        if hops > 40:
+            raise ClusterError(f"too many symlinks on the way to {path}")
+        target = Path(os.path.normpath(cur / os.readlink(nxt)))  # cur holds no symlink
+        cur, todo = Path("/"), list(target.parts[1:]) + todo
+
+
 MAX_CONF_CHARS = 1 << 16  # ours are a few hundred; a longer file is someone else's
 
 
@@ -132,8 +169,8 @@ def _replace_file(path: Path, text: str, uid: int, gid: int) -> None:
 
 def default_home() -> Path:
     """Where the embedded cluster lives when ``DONTO_HOME`` is not set."""
-    if env := os.environ.get("DONTO_HOME"):
-        return Path(env).expanduser().resolve()
+    if env := os.environ.get("DONTO_HOME"):  # not resolved: a symlink on the way is
+        return Path(os.path.abspath(os.path.expanduser(env)))  # checked (_check_way)
     if os.geteuid() == 0:
         return Path("/var/lib/donto-pg")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
@@ -190,7 +227,10 @@ class Cluster:
         return f"postgresql://{SUPERUSER}@/{dbname}?host={host}&port={PORT}"
 
     def conninfo(self, dbname: str = DBNAME) -> dict[str, object]:
-        return {"host": str(self.sockdir), "port": PORT, "user": SUPERUSER, "dbname": dbname}
+        """Keywords for psycopg (libpq 16 or later; db.client_options says why
+        ``require_auth=none``: a socket planted in ``run`` gets no password)."""
+        return {"host": str(self.sockdir), "port": PORT, "user": SUPERUSER, "dbname": dbname,
+                "require_auth": "none"}
 
     # -- who may connect ---------------------------------------------------------
     def peer_users(self) -> list[str]:
@@ -246,8 +286,9 @@ class Cluster:
         in it (mkdir, chown, chmod) trusts that nobody else can put a symlink there."""
         # as root the server's user (postgres) must traverse it; else it is ours alone
         mode = 0o755 if _server_user() else 0o700
+        _check_way(self.home)
         self.home.mkdir(parents=True, exist_ok=True, mode=mode)
-        st = os.lstat(self.home)
+        st = os.stat(self.home)  # a symlink on the way is root's or ours (_check_way)
         if not S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             raise ClusterError(
                 f"{self.home} belongs to the OS user {_user_name(st.st_uid)!r}, not "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import psycopg
 
@@ -33,6 +34,26 @@ def shown(dsn: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
+def client_options(dsn: str) -> dict[str, str]:
+    """What our own connections add to DSN: to the embedded cluster, ``require_auth=none``.
+
+    Its socket directory belongs to the server's OS user, who could put a socket of its
+    own there and ask for a password: libpq would send PGPASSWORD (or a ~/.pgpass
+    entry), meant for another server, to it. Peer authentication asks for nothing, so
+    a connection to the embedded cluster answers no password request at all. (The DSN
+    itself, printed by ``db url`` for psql, stays without it: the system's libpq 15 does
+    not know the option; psycopg's libpq does.)"""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        host = conninfo_to_dict(dsn).get("host")
+    except psycopg.ProgrammingError:
+        return {}
+    if host and os.path.isabs(str(host)) and Path(str(host)) == Cluster.default().sockdir:
+        return {"require_auth": "none"}
+    return {}
+
+
 # Seconds to wait for a server to answer a connection (libpq's connect_timeout) unless the
 # DSN, the caller or PGCONNECT_TIMEOUT sets it: a host that accepts and never answers
 # would otherwise hold a command for minutes.
@@ -56,6 +77,7 @@ def connect(dsn: str | None = None, *, autocommit: bool = False, vector: bool = 
         if not ({"connect_timeout", "service"} & (params.keys() | kwargs.keys())
                 or os.environ.get("PGCONNECT_TIMEOUT")):
             kwargs["connect_timeout"] = CONNECT_TIMEOUT
+        kwargs = {**client_options(target), **kwargs}
         conn = psycopg.connect(target, autocommit=autocommit, **kwargs)
     except psycopg.ProgrammingError as exc:  # libpq could not parse it: nothing was tried
         raise InputError("the DSN is malformed", str(exc).strip(),

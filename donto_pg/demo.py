@@ -145,7 +145,7 @@ def show_extraction(conn: psycopg.Connection, echo: Echo, res: loader.LoadResult
     if pool is None:
         echo("no provider configured (--provider-config): using the offline rule-based "
              "baseline extractor, not a language model")
-    report = extract.run_extraction(lambda: psycopg.connect(dsn), revision_ids=[res.revision_id],
+    report = extract.run_extraction(lambda: db.connect(dsn), revision_ids=[res.revision_id],
                                     providers=pool, alarm_after=0)
     echo(extract.format_report(report))
 

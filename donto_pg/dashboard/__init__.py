@@ -75,7 +75,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from donto_pg import extract
+from donto_pg import db, extract
 
 __all__ = [
     "GATE_COLUMNS",
@@ -436,7 +436,8 @@ class DashboardServer(ThreadingHTTPServer):
         self.eval_file = _EvalFile(eval_json)
         self.max_injection = max_injection
         self.min_anchor = min_anchor
-        self.connect = connect or (lambda: psycopg.connect(dsn, connect_timeout=10))
+        self.connect = connect or (lambda: psycopg.connect(
+            dsn, connect_timeout=10, **db.client_options(dsn)))
         self.log = log
         self.html, self.csp = page_html()
         self.requests: dict[str, int] = {}
@@ -564,7 +565,7 @@ def run(dsn: str, port: int = 8765, *, host: str = "127.0.0.1",
     database once first, so a wrong DSN fails here rather than in the page.
     """
     say = echo or _print_flush
-    with psycopg.connect(dsn, connect_timeout=10) as conn:
+    with psycopg.connect(dsn, connect_timeout=10, **db.client_options(dsn)) as conn:
         collect_state(conn, eval_json=eval_json)
     server = DashboardServer((host, port), dsn, eval_json=eval_json)
     say(f"dashboard: {server.url}  (Ctrl-C to stop)")

@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from donto_pg.cluster import PORT, Cluster, ClusterError
+from donto_pg.cluster import PORT, Cluster, ClusterError, default_home
 from tests.conftest import run_cli_as
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as other OS users")
@@ -169,7 +169,7 @@ def test_a_users_own_cluster_admits_that_user_and_root_only(tmp_path: Path) -> N
     nobody's cluster over."""
     home = Path("/tmp") / f"donto-own-{uuid.uuid4().hex[:8]}"
     home.mkdir(mode=0o777)
-    home.chmod(0o777)
+    home.chmod(0o1777)  # as /tmp: anyone may make an entry, only its owner change it
     env = {k: v for k, v in os.environ.items() if k != "DONTO_DSN"}
     env["DONTO_HOME"] = str(home / "h")
     cluster = Cluster(home / "h")
@@ -288,3 +288,36 @@ def test_root_refuses_a_home_that_another_os_user_owns() -> None:
     finally:
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(victim_dir, ignore_errors=True)
+
+
+def test_root_refuses_a_home_reached_through_another_users_symlink(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """nobody points /tmp/<name> at a directory only root may read; root's donto-pg with
+    DONTO_HOME=/tmp/<name> refuses it (before, the home was resolved first and checked
+    after: root opened the directory to 0755 and built the cluster in it). So does a home
+    under a directory another user may write in."""
+    victim = Path("/tmp") / f"donto-victim-home-{uuid.uuid4().hex[:8]}"
+    link = Path("/tmp") / f"donto-evil-{uuid.uuid4().hex[:8]}"
+    victim.mkdir(mode=0o700)
+    (victim / "rootfile").write_text("root's secret\n")
+    try:
+        subprocess.run(["runuser", "-u", "nobody", "--", "ln", "-s", str(victim), str(link)],
+                       check=True, cwd="/")
+        monkeypatch.setenv("DONTO_HOME", str(link))
+        assert default_home() == link  # not resolved
+        with pytest.raises(ClusterError, match="is a symlink of the OS user 'nobody'"):
+            Cluster(default_home(), settings=SMALL).start()
+        assert victim.stat().st_mode & 0o777 == 0o700
+        assert sorted(p.name for p in victim.iterdir()) == ["rootfile"]
+        # a symlink of root's own is followed
+        link.unlink()
+        link.symlink_to(victim)
+        Cluster(link, settings=SMALL)._make_home()
+        assert victim.stat().st_mode & 0o777 == 0o755
+        # a directory others may write in (not sticky) on the way is refused
+        victim.chmod(0o777)
+        with pytest.raises(ClusterError, match="other OS users may write in"):
+            Cluster(victim / "h", settings=SMALL)._make_home()
+    finally:
+        link.unlink(missing_ok=True)
+        shutil.rmtree(victim, ignore_errors=True)
