@@ -256,6 +256,10 @@ def test_a_block_held_by_a_live_session_is_skipped_and_one_left_by_a_dead_one_is
     event, detail = events(db, run)[-1]
     assert event == "handed_over" and detail["held_by"] == [holder]
     assert report.as_dict()["progress"]["taken_elsewhere"] == 1
+    # a backend of this session's own workers (a lease whose release failed) is not
+    # another session's
+    assert extract._holders(db, run, [first], set()) == {first: holder}
+    assert extract._holders(db, run, [first], {holder}) == {}
     # the holder gives it back (its provider failed): another session takes it at once
     assert other.execute("select donto.release_extraction_block(%s, %s)",
                          (run, first)).fetchone() == (True,)
