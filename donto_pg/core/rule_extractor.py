@@ -34,6 +34,7 @@ are just text that either states a fact or does not.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from collections.abc import Iterator
@@ -720,13 +721,18 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
     of a pasted mail, a role-labelled line, reported or attributed speech, "the narrator
     says: ...") state nothing about the user: a clause that starts in them is skipped.
     """
-    facts: list[dict[str, Any]] = []
+    anchors = [m.start() for m in _ANCHOR.finditer(text)]
+    if not anchors:
+        return []
     others = others_words(text)
-    offset = 0
+    # A clause starts at an anchor: one in others' words is skipped, so is a line with no other.
+    anchors = [a for a in anchors if not starts_in(others, a)]
+    facts: list[dict[str, Any]] = []
+    # A clause gives the same fact wherever it stands (a long turn repeats many): read once.
+    read: dict[str, dict[str, Any] | None] = {}
     fence: str | None = None
-    for line in text.split("\n"):
-        line_start, line_end = offset, offset + len(line)
-        offset = line_end + 1
+    for line_start, line_end in _lines_to_read(text, anchors):
+        line = text[line_start:line_end]
         opening = _FENCE_OPEN.match(line)
         if fence is None and opening:
             fence = opening.group(1)
@@ -740,11 +746,33 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
         for s, e in _clauses(text, line_start, line_end):
             if starts_in(others, s):
                 continue
-            fact = _clause_fact(text, s, e)
+            clause = text[s:e]
+            if clause not in read:
+                read[clause] = _clause_fact(text, s, e)
+            fact = read[clause]
             if fact is not None:
-                fact["turn"] = turn
-                facts.append(fact)
+                facts.append(dict(fact, turn=turn))
     return facts
+
+
+# A line that may open or close a fence (str.strip() strips what \s matches).
+_FENCE_MARK = re.compile(r"^[^\S\n]*(?:```|~~~)", re.M)
+
+
+def _lines_to_read(text: str, anchors: list[int]) -> Iterator[tuple[int, int]]:
+    """The spans of the lines of TEXT that :func:`dialogue_facts` reads, in order: those
+    with an anchor (at ANCHORS, sorted) and those that may open or close a fence. (No other
+    line holds a clause, and a turn of millions of lines without one is not read line by
+    line.)"""
+    end = -1
+    for pos in heapq.merge(anchors, (m.start() for m in _FENCE_MARK.finditer(text))):
+        if pos <= end:
+            continue  # in the line just read
+        newline = text.rfind("\n", end + 1, pos)
+        start = newline + 1 if newline >= 0 else end + 1
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        yield start, end
 
 
 def extract(utterances: list[Utterance]) -> list[dict[str, Any]]:

@@ -98,8 +98,10 @@ _SAYING = re.compile(r"\b(?=[aceimprstw])(?:" + _SAID + r"|reads|read)\b", re.I)
 # where their words end): a quote ("He said "..."", "what my assistant said:" and the
 # quote on the next line), words after a colon ("Mr. Smith wrote: ...", "The email from HR
 # reads: ..."), reported words ("told me (that/to) ...", "said that/to ...", "says, ...").
+# (Every speaker starts with a word character after a word boundary: testing that first
+# makes the search twice as fast.)
 _ATTRIBUTION = re.compile(
-    r"(?<!\bthe way )(?<!\bas )(?<!\blike )(?<!\bhow )(?!the way\b)" + _SPEAKER + r"\s+(?:"
+    r"\b(?=\w)(?<!\bthe way )(?<!\bas )(?<!\blike )(?<!\bhow )(?!the way\b)" + _SPEAKER + r"\s+(?:"
     r"(?P<quote>" + _SAID + _OBJECT + r"(?:\s+(?:that|this|the following))?"
     r"[^\S\n]*(?:[:,][^\S\n]*|:[^\S\n]*\n[^\S\n]*)?(?=[\"“'‘]))"
     r"|(?P<label>(?:(?:told|tells)\s+(?:me|us)|said|says|wrote|writes|replied|answered|reads"
