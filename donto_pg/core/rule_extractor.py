@@ -1,4 +1,4 @@
-"""A deterministic, rule-based offline extractor (``donto-baseline-v2``).
+"""A deterministic, rule-based offline extractor (``donto-baseline-v3``).
 
 It takes the SAME rendered prompt a model gets (see :mod:`donto_pg.core.render`),
 parses the JSON-lines SOURCE section back out of it (the CONTEXT section is
@@ -57,8 +57,9 @@ __all__ = [
 #: The extractor's version, the model name its runs and claims record. A change of what it
 #: extracts is a new version, so a run (keyed by its models) never mixes claims of two:
 #: v2 skips words of a user turn that are not the user's own (quoted, role-labelled,
-#: reported), which v1 took for facts about the user.
-BASELINE_MODEL = "donto-baseline-v2"
+#: reported), which v1 took for facts about the user; v3 skips what rules-v6 adds to
+#: them (a pasted mail to its end, a single-quoted passage attributed after it).
+BASELINE_MODEL = "donto-baseline-v3"
 
 
 @dataclass(frozen=True)

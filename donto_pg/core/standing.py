@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from donto_pg.core.voice import others_words, overlaps, own_clauses
 
 __all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "condition", "detect",
-           "sentences", "subject_key"]
+           "quote_not_the_users", "sentences", "subject_key"]
 
-RULES_VERSION = "rules-v5"
+RULES_VERSION = "rules-v6"
 KINDS = ("instruction", "preference", "constraint")
 #: Sentences longer than this are not standing statements (a long sentence is a story).
 MAX_CHARS = 400
@@ -253,7 +253,9 @@ def detect(text: str) -> list[Standing]:
     role-labelled line, a quote attributed to someone, a named speaker's reported words),
     unless a clause of the user's own in it, set off from those words, reads as one
     (:func:`donto_pg.core.voice.own_clauses`: "The doctor told me to avoid sugar, so please
-    never suggest desserts." is kept whole)."""
+    never suggest desserts." is kept whole); (from rules-v6) none in a pasted mail to its
+    end, not only its first paragraph, nor in a single-quoted passage attributed after it,
+    and a capitalised "Always"/"Never" before a verb of saying is no speaker."""
     out = []
     others: list[tuple[int, int]] | None = None
     # The same sentence reads the same wherever it stands in the user's own words (a long
@@ -291,6 +293,26 @@ def _statement(sent: str) -> Standing | None:
         return None
     clause = sent[span[0]:span[1]]
     return Standing("preference", span[0], span[1], clause, subject_key(clause, "preference"))
+
+
+def quote_not_the_users(text: str, start: int, end: int) -> bool:
+    """Is the quote text[start:end] of a user turn's TEXT, which a model took for a standing
+    statement, not the user's own: any of it in words that are not the user's own
+    (:func:`donto_pg.core.voice.others_words`), or in a sentence that holds some of them
+    outside that sentence's clauses of the user's own (:func:`own_clauses`)? The sentence
+    rule of the rule detector (rules-v5): "When I ask about recipes" of "When I ask about
+    recipes, the article I read says to use imperial units." is no rule of the user's,
+    "please never suggest desserts" of "The doctor told me to avoid sugar, so please never
+    suggest desserts." is."""
+    others = others_words(text)
+    if overlaps(others, start, end):
+        return True
+    for s, e in sentences(text):
+        if s < end and start < e and overlaps(others, s, e):
+            a, b = max(start, s), min(end, e)
+            if not any(x <= a and b <= y for x, y in own_clauses(text, others, s, e)):
+                return True
+    return False
 
 
 def condition(sentence: str) -> str | None:
