@@ -166,6 +166,26 @@ def _first_after(starts: list[int], pos: int, default: int) -> int:
     return starts[i] if i < len(starts) else default
 
 
+class _Next:
+    """Where the first match of PATTERN in TEXT at or after a position starts (or ends, with
+    END), else the text's end: searched when asked, from the position (a list of every
+    match would hold an item per line of a turn of millions of lines). Asked in increasing
+    order, each character is searched once. (With END, a match must not span a position
+    asked: then the first match found from it is the first one of the whole text ending at
+    or after it.)"""
+
+    def __init__(self, pattern: re.Pattern[str], text: str, end: bool = False) -> None:
+        self.pattern, self.text, self.end = pattern, text, end
+        self.asked = self.found = -1
+
+    def __call__(self, pos: int) -> int:
+        if not self.asked <= pos <= self.found:
+            m = self.pattern.search(self.text, pos)
+            self.asked = pos
+            self.found = len(self.text) if m is None else m.end() if self.end else m.start()
+        return self.found
+
+
 def _near_verbs(text: str) -> list[tuple[int, int]]:
     """The stretches of TEXT an attribution can be in: around its verbs of saying, merged
     (so each character is searched once)."""
@@ -184,19 +204,19 @@ def others_words(text: str) -> list[tuple[int, int]]:
     sorted and disjoint (overlapping ones merged). Linear in TEXT but for the fences."""
     n = len(text)
     blanks = [m.start() for m in _BLANK_LINE.finditer(text)]
-    newlines = [m.start() for m in _NEWLINE.finditer(text)]
+    newline = _Next(_NEWLINE, text)
 
     def block_end(pos: int) -> int:
         """The end of a labelled block whose label ends at POS: the end of its line, or
         when the label ends the line, of the next paragraph (unless that starts with lines
         already marked: "Here is the mail:" and "> ..." lines)."""
-        eol = _first_after(newlines, pos, n)
+        eol = newline(pos)
         body = _NON_SPACE.search(text, pos)
         if body is None:
             return n
         if body.start() < eol:
             return eol
-        line = newlines[bisect.bisect_left(newlines, body.start()) - 1] + 1
+        line = text.rfind("\n", eol, body.start()) + 1
         return pos if line in marked else _first_after(blanks, body.start(), n)
 
     spans = list(fence_spans(text, 0, n))
@@ -233,7 +253,8 @@ def others_words(text: str) -> list[tuple[int, int]]:
 
     quotes = {m.start(): m.end() for m in _QUOTE.finditer(text)}
     single_ends = [m.end() for m in _SINGLE_CLOSE.finditer(text)]
-    ends = [m.end() for m in _REPORT_END.finditer(text)]
+    # (An attribution ends in a letter, a space, ':' or ',': never inside a report's end.)
+    report_end = _Next(_REPORT_END, text, end=True)
     quoted = set()
     for a, b in _near_verbs(text):
         for m in _ATTRIBUTION.finditer(text, a, min(b, n)):
@@ -252,7 +273,7 @@ def others_words(text: str) -> list[tuple[int, int]]:
             if m.group("label") is not None:
                 spans.append((m.start(), block_end(m.end())))
             else:
-                spans.append((m.start(), _first_after(ends, m.end(), n)))
+                spans.append((m.start(), report_end(m.end())))
     singles = {m.start(): m.end() for m in _SINGLE_QUOTE.finditer(text)}
     for start, end in [*quotes.items(), *singles.items()]:
         if start in quoted:
