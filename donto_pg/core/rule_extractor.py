@@ -684,31 +684,37 @@ def _trim_joiners(text: str, start: int, end: int) -> int:
     return end
 
 
-def _clauses(text: str, line_start: int, line_end: int) -> Iterator[tuple[int, int]]:
-    """(start, end) offsets in ``text`` of the first-person clauses of one prose line."""
+def _sentences(text: str, line_start: int, line_end: int) -> Iterator[tuple[int, int]]:
+    """(start, end) offsets in ``text`` of the sentences of one prose line."""
     bullet = _BULLET.match(text, line_start, line_end)
     pos = bullet.end() if bullet else line_start
     for sent in _SENTENCE.finditer(text, pos, line_end):
-        s, e = sent.span()
-        sentence = text[s:e]
-        if not sentence.strip() or sentence.rstrip().endswith("?"):
-            continue
-        body = s + len(sentence) - len(sentence.lstrip())
-        lead = _LEAD_IN.match(text, body, e)
-        body = lead.end() if lead else body
-        if _HYPOTHETICAL.match(text, body, e):
-            continue
-        anchors = [
-            m.start()
-            for m in _ANCHOR.finditer(text, body, e)
-            if m.start() == body or _joiner_before(text, body, m.start())
-        ]
-        for k, a in enumerate(anchors):
-            limit = anchors[k + 1] if k + 1 < len(anchors) else e
-            stop = _CLAUSE_STOP.search(text, a, limit)
-            end = _trim_joiners(text, a, stop.start() if stop else limit)
-            if end > a:
-                yield a, end
+        yield sent.span()
+
+
+def _clauses(text: str, s: int, e: int) -> Iterator[tuple[int, int]]:
+    """(start, end) offsets in ``text`` of the first-person clauses of the sentence
+    ``text[s:e]`` (of :func:`_sentences`). They depend on that sentence's text only, and on
+    whether it starts the text (a hypothetical is told by "^")."""
+    sentence = text[s:e]
+    if not sentence.strip() or sentence.rstrip().endswith("?"):
+        return
+    body = s + len(sentence) - len(sentence.lstrip())
+    lead = _LEAD_IN.match(text, body, e)
+    body = lead.end() if lead else body
+    if _HYPOTHETICAL.match(text, body, e):
+        return
+    anchors = [
+        m.start()
+        for m in _ANCHOR.finditer(text, body, e)
+        if m.start() == body or _joiner_before(text, body, m.start())
+    ]
+    for k, a in enumerate(anchors):
+        limit = anchors[k + 1] if k + 1 < len(anchors) else e
+        stop = _CLAUSE_STOP.search(text, a, limit)
+        end = _trim_joiners(text, a, stop.start() if stop else limit)
+        if end > a:
+            yield a, end
 
 
 _CODE_LINE = re.compile(r"^(?:\s{4,}|\t)|[{};]\s*$|^\s*(?://|#!|<\w|\$ |>>>)")
@@ -729,7 +735,9 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
     # A clause starts at an anchor: one in others' words is skipped, so is a line with no other.
     anchors = [a for a in anchors if not starts_in(others, a)]
     facts: list[dict[str, Any]] = []
-    # A clause gives the same fact wherever it stands (a long turn repeats many): read once.
+    # A sentence has the same clauses, and a clause gives the same fact, wherever it stands
+    # (a long turn repeats many): each is read once.
+    clauses: dict[tuple[str, bool], list[tuple[int, int]]] = {}
     read: dict[str, dict[str, Any] | None] = {}
     fence: str | None = None
     for line_start, line_end in _lines_to_read(text, anchors):
@@ -744,15 +752,20 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
             continue
         if _CODE_LINE.search(line) or _match_def(line, 0, None) or _imports(line):
             continue
-        for s, e in _clauses(text, line_start, line_end):
-            if starts_in(others, s):
-                continue
-            clause = text[s:e]
-            if clause not in read:
-                read[clause] = _clause_fact(text, s, e)
-            fact = read[clause]
-            if fact is not None:
-                facts.append(dict(fact, turn=turn))
+        for s0, e0 in _sentences(text, line_start, line_end):
+            key = (text[s0:e0], s0 == 0)
+            if key not in clauses:
+                clauses[key] = [(s - s0, e - s0) for s, e in _clauses(text, s0, e0)]
+            for s, e in clauses[key]:
+                s, e = s + s0, e + s0
+                if starts_in(others, s):
+                    continue
+                clause = text[s:e]
+                if clause not in read:
+                    read[clause] = _clause_fact(text, s, e)
+                fact = read[clause]
+                if fact is not None:
+                    facts.append(dict(fact, turn=turn))
     return facts
 
 

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from donto_pg.core.voice import others_words, overlaps, own_clauses
+from donto_pg.core.voice import others_words, overlaps, own_clauses, starts_in
 
 __all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "condition", "detect",
            "quote_not_the_users", "sentences", "subject_key"]
@@ -156,13 +156,10 @@ def _trimmed(text: str, pos: int, end: int) -> tuple[int, int] | None:
     return (pos + lead, pos + lead + len(seg)) if seg else None
 
 
-def _cued_sentences(text: str) -> Iterator[tuple[int, int]]:
-    """The spans of those :func:`sentences` of TEXT that hold a :data:`_CUE`, in order:
-    the only ones that can be standing statements. (A turn of millions of short lines
-    without one is not split sentence by sentence.)"""
-    cues = [m.start() for m in _CUE.finditer(text)]
-    if not cues:
-        return
+def _cued_sentences(text: str, cues: list[int]) -> Iterator[tuple[int, int]]:
+    """The spans of those :func:`sentences` of TEXT that hold one of CUES (positions of
+    :data:`_CUE`, sorted), in order: the only ones that can be standing statements. (A turn
+    of millions of short lines without one is not split sentence by sentence.)"""
     breaks = [m.span() for m in _SENT_END.finditer(text)]
     last = -1
     for cue in cues:
@@ -256,14 +253,18 @@ def detect(text: str) -> list[Standing]:
     never suggest desserts." is kept whole); (from rules-v6) none in a pasted mail to its
     end, not only its first paragraph, nor in a single-quoted passage attributed after it,
     and a capitalised "Always"/"Never" before a verb of saying is no speaker."""
-    out = []
-    others: list[tuple[int, int]] | None = None
+    out: list[Standing] = []
+    cues = [m.start() for m in _CUE.finditer(text)]
+    if not cues:
+        return out
+    others = others_words(text)
+    # A cue in others' words is in no clause of the user's (and others' words never end
+    # inside a word): only a sentence with a cue of the user's can be read as one.
+    cues = [c for c in cues if not starts_in(others, c)]
     # The same sentence reads the same wherever it stands in the user's own words (a long
     # turn repeats many): read once.
     read: dict[str, Standing | None] = {}
-    for start, end in _cued_sentences(text):
-        if others is None:
-            others = others_words(text)
+    for start, end in _cued_sentences(text, cues):
         sent = text[start:end]
         if overlaps(others, start, end):
             kind = next((k for a, b in own_clauses(text, others, start, end)
