@@ -735,8 +735,9 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
     # A clause starts at an anchor: one in others' words is skipped, so is a line with no other.
     anchors = [a for a in anchors if not starts_in(others, a)]
     facts: list[dict[str, Any]] = []
-    # A sentence has the same clauses, and a clause gives the same fact, wherever it stands
-    # (a long turn repeats many): each is read once.
+    # A line is code or prose, a sentence has the same clauses, and a clause gives the same
+    # fact, wherever it stands (a long turn repeats many): each is read once.
+    code: dict[str, bool] = {}
     clauses: dict[tuple[str, bool], list[tuple[int, int]]] = {}
     read: dict[str, dict[str, Any] | None] = {}
     fence: str | None = None
@@ -750,7 +751,10 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
             if line.strip().startswith(fence):
                 fence = None
             continue
-        if _CODE_LINE.search(line) or _match_def(line, 0, None) or _imports(line):
+        if line not in code:
+            code[line] = bool(_CODE_LINE.search(line) or _match_def(line, 0, None)
+                              or _imports(line))
+        if code[line]:
             continue
         for s0, e0 in _sentences(text, line_start, line_end):
             key = (text[s0:e0], s0 == 0)
