@@ -21,7 +21,6 @@ Pure Python, deterministic: the same text gives the same statements.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -261,6 +260,8 @@ def detect(text: str) -> list[Standing]:
     # A cue in others' words is in no clause of the user's (and others' words never end
     # inside a word): only a sentence with a cue of the user's can be read as one.
     cues = [c for c in cues if not starts_in(others, c)]
+    if not cues:
+        return out
     # The same sentence reads the same wherever it stands in the user's own words (a long
     # turn repeats many): read once.
     read: dict[str, Standing | None] = {}
@@ -277,8 +278,8 @@ def detect(text: str) -> list[Standing]:
             read[sent] = _statement(sent)
         found = read[sent]
         if found is not None:
-            out.append(dataclasses.replace(found, start=start + found.start,
-                                           end=start + found.end))
+            out.append(Standing(found.kind, start + found.start, start + found.end,
+                                found.text, found.subject))
     return out
 
 
