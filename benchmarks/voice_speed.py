@@ -25,6 +25,15 @@ PIECES = {
     "mail-headers": "From: a@b.c\nSubject: x\n\n", "mail-intro": "My boss's email:\n",
     "said-after": '"x" said ', "comma-quote": '"x," ', "reads": "The email reads: ",
     "prose": "I live in Oslo and I prefer tea. ", "open-double": '"', "open-single": "'",
+    # Every sentence worth reading for a standing statement or a fact (a word like "always",
+    # "I"): the pieces above without one skip most of the work.
+    "always-lines": "Always answer briefly.\n", "quoted-always": "> Always answer in French.\n",
+    "said-always": 'He said "always x", ', "role-always": "Assistant: I always hi\n",
+    "indented-always": "    I always x\n", "fenced-always": "```\nI always x\n",
+    # rules-v6: single quotes attributed after them, a mail's paragraphs, its end
+    "single-after": "'x,' my brother said. ", "open-single-word": "'a ",
+    "mail-paragraphs": "My boss's email:\nHi,\n\n", "closings": "Thanks,\n\n",
+    "turn-backs": "\n\nWhat do you think?", "blank-lines": "\n",
 }
 READERS = {"others_words": voice.others_words, "detect": standing.detect,
            "dialogue_facts": lambda t: rule_extractor.dialogue_facts(t, 1)}

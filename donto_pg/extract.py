@@ -89,7 +89,7 @@ ALARM_MAX_INJECTION = 0.02
 ALARM_MIN_ANCHOR = 0.4
 
 BASELINE_NOTE = (
-    "baseline: the offline rule-based extractor (donto-baseline-v2), not a language model"
+    "baseline: the offline rule-based extractor (donto-baseline-v3), not a language model"
 )
 
 

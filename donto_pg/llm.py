@@ -41,7 +41,7 @@ last error. The pool is thread-safe: share one between the workers of a
 ``ThreadPoolExecutor``.
 
 The provider name ``baseline`` is special: it answers locally with
-:mod:`donto_pg.core.rule_extractor` (model ``donto-baseline-v2``), so the whole
+:mod:`donto_pg.core.rule_extractor` (model ``donto-baseline-v3``), so the whole
 pipeline runs offline (``ProviderPool.baseline()``).
 """
 

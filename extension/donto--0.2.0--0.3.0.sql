@@ -5384,7 +5384,7 @@ begin
         run_name,
         case when v_baseline
             then 'baseline: rule-based extractor '
-                 || coalesce(v_providers -> 0 ->> 'model', 'donto-baseline-v2') || ' (no LLM)'
+                 || coalesce(v_providers -> 0 ->> 'model', 'donto-baseline-v3') || ' (no LLM)'
             else (select pg_catalog.string_agg(
                              (e.p ->> 'name') || coalesce(' ' || (e.p ->> 'model'), ''), ', '
                              order by e.i)
@@ -9265,11 +9265,11 @@ set search_path to pg_catalog, pg_temp
 as $$
 /* The version of the rule-based detector: donto_pg.core.standing.RULES_VERSION, which
    donto._standing_detect runs (tests/db/test_standing.py checks that they agree). */
-    select 'rules-v5'::text;
+    select 'rules-v6'::text;
 $$;
 
 comment on function donto.standing_rules() is
-'The version of the rule-based detector (donto_pg.core.standing.RULES_VERSION, rules-v5): the '
+'The version of the rule-based detector (donto_pg.core.standing.RULES_VERSION, rules-v6): the '
 'strategy of the standing projections donto.project_standing makes now.';
 
 create or replace function donto.standing_context_iri(p_document_iri text)
@@ -9336,7 +9336,7 @@ as $$
 /*
 Project revision REV_ID into standing statements: every sentence of a user
 turn that the rule-based detector (donto_pg.core.standing, strategy
-donto.standing_rules(), e.g. rules-v5) reads as an instruction, a preference or a constraint becomes a statement
+donto.standing_rules(), e.g. rules-v6) reads as an instruction, a preference or a constraint becomes a statement
 (predicate mem:standing/<kind>, object_lit {v: its text, subject: its subject
 key}, char span of the sentence in the revision, so that substring(body from
 char_start + 1 for char_end - char_start) is its exact text) with a
@@ -9493,8 +9493,9 @@ return GD['donto_pg'].standing.not_the_users(plpy, p_turn, p_start, p_end)
 $py$;
 
 comment on function donto._standing_not_the_users(text, integer, integer) is
-'Whether any of [start, end) of a user turn''s text is in words that are not the user''s own '
-'(quoted, pasted, role-labelled, reported: donto_pg.core.voice, the rule detector''s filter).';
+'Whether [start, end) of a user turn''s text is not the user''s own words (quoted, pasted, '
+'role-labelled, reported: donto_pg.core.voice, the rule detector''s filter), or lies in a '
+'sentence that holds some, outside its clauses of the user''s own (the sentence rule).';
 
 create or replace function donto._standing_claims_of(p_response_id bigint, p_rev bigint)
 returns table (
@@ -9569,7 +9570,8 @@ detector 'llm-v1' under the projection (revision, 'standing', 'llm-v1',
 never become standing statements, nor do an A/B arm's (its blocks are measurements).
 A standing claim anchored in no user turn (the assistant's words) or only in
 words of a user turn that are not the user's own (donto._standing_not_the_users:
-what the rule detector leaves out since rules-v5) is retracted instead
+what the rule detector leaves out since rules-v5, and a clause of the user's in a sentence
+whose rule is someone else's, "When I ask about X, my friend says to ...") is retracted instead
 ('donto._standing_from_claims: a standing claim is the user''s: ...').
 Returns how many were added; a claim already projected is skipped.
 */

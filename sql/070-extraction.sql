@@ -555,7 +555,7 @@ begin
         run_name,
         case when v_baseline
             then 'baseline: rule-based extractor '
-                 || coalesce(v_providers -> 0 ->> 'model', 'donto-baseline-v2') || ' (no LLM)'
+                 || coalesce(v_providers -> 0 ->> 'model', 'donto-baseline-v3') || ' (no LLM)'
             else (select pg_catalog.string_agg(
                              (e.p ->> 'name') || coalesce(' ' || (e.p ->> 'model'), ''), ', '
                              order by e.i)

@@ -1,4 +1,4 @@
-"""A deterministic, rule-based offline extractor (``donto-baseline-v2``).
+"""A deterministic, rule-based offline extractor (``donto-baseline-v3``).
 
 It takes the SAME rendered prompt a model gets (see :mod:`donto_pg.core.render`),
 parses the JSON-lines SOURCE section back out of it (the CONTEXT section is
@@ -34,6 +34,7 @@ are just text that either states a fact or does not.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from collections.abc import Iterator
@@ -56,8 +57,9 @@ __all__ = [
 #: The extractor's version, the model name its runs and claims record. A change of what it
 #: extracts is a new version, so a run (keyed by its models) never mixes claims of two:
 #: v2 skips words of a user turn that are not the user's own (quoted, role-labelled,
-#: reported), which v1 took for facts about the user.
-BASELINE_MODEL = "donto-baseline-v2"
+#: reported), which v1 took for facts about the user; v3 skips what rules-v6 adds to
+#: them (a pasted mail to its end, a single-quoted passage attributed after it).
+BASELINE_MODEL = "donto-baseline-v3"
 
 
 @dataclass(frozen=True)
@@ -682,31 +684,37 @@ def _trim_joiners(text: str, start: int, end: int) -> int:
     return end
 
 
-def _clauses(text: str, line_start: int, line_end: int) -> Iterator[tuple[int, int]]:
-    """(start, end) offsets in ``text`` of the first-person clauses of one prose line."""
+def _sentences(text: str, line_start: int, line_end: int) -> Iterator[tuple[int, int]]:
+    """(start, end) offsets in ``text`` of the sentences of one prose line."""
     bullet = _BULLET.match(text, line_start, line_end)
     pos = bullet.end() if bullet else line_start
     for sent in _SENTENCE.finditer(text, pos, line_end):
-        s, e = sent.span()
-        sentence = text[s:e]
-        if not sentence.strip() or sentence.rstrip().endswith("?"):
-            continue
-        body = s + len(sentence) - len(sentence.lstrip())
-        lead = _LEAD_IN.match(text, body, e)
-        body = lead.end() if lead else body
-        if _HYPOTHETICAL.match(text, body, e):
-            continue
-        anchors = [
-            m.start()
-            for m in _ANCHOR.finditer(text, body, e)
-            if m.start() == body or _joiner_before(text, body, m.start())
-        ]
-        for k, a in enumerate(anchors):
-            limit = anchors[k + 1] if k + 1 < len(anchors) else e
-            stop = _CLAUSE_STOP.search(text, a, limit)
-            end = _trim_joiners(text, a, stop.start() if stop else limit)
-            if end > a:
-                yield a, end
+        yield sent.span()
+
+
+def _clauses(text: str, s: int, e: int) -> Iterator[tuple[int, int]]:
+    """(start, end) offsets in ``text`` of the first-person clauses of the sentence
+    ``text[s:e]`` (of :func:`_sentences`). They depend on that sentence's text only, and on
+    whether it starts the text (a hypothetical is told by "^")."""
+    sentence = text[s:e]
+    if not sentence.strip() or sentence.rstrip().endswith("?"):
+        return
+    body = s + len(sentence) - len(sentence.lstrip())
+    lead = _LEAD_IN.match(text, body, e)
+    body = lead.end() if lead else body
+    if _HYPOTHETICAL.match(text, body, e):
+        return
+    anchors = [
+        m.start()
+        for m in _ANCHOR.finditer(text, body, e)
+        if m.start() == body or _joiner_before(text, body, m.start())
+    ]
+    for k, a in enumerate(anchors):
+        limit = anchors[k + 1] if k + 1 < len(anchors) else e
+        stop = _CLAUSE_STOP.search(text, a, limit)
+        end = _trim_joiners(text, a, stop.start() if stop else limit)
+        if end > a:
+            yield a, end
 
 
 _CODE_LINE = re.compile(r"^(?:\s{4,}|\t)|[{};]\s*$|^\s*(?://|#!|<\w|\$ |>>>)")
@@ -720,13 +728,21 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
     of a pasted mail, a role-labelled line, reported or attributed speech, "the narrator
     says: ...") state nothing about the user: a clause that starts in them is skipped.
     """
-    facts: list[dict[str, Any]] = []
+    anchors = [m.start() for m in _ANCHOR.finditer(text)]
+    if not anchors:
+        return []
     others = others_words(text)
-    offset = 0
+    # A clause starts at an anchor: one in others' words is skipped, so is a line with no other.
+    anchors = [a for a in anchors if not starts_in(others, a)]
+    facts: list[dict[str, Any]] = []
+    # A line is code or prose, a sentence has the same clauses, and a clause gives the same
+    # fact, wherever it stands (a long turn repeats many): each is read once.
+    code: dict[str, bool] = {}
+    clauses: dict[tuple[str, bool], list[tuple[int, int]]] = {}
+    read: dict[str, dict[str, Any] | None] = {}
     fence: str | None = None
-    for line in text.split("\n"):
-        line_start, line_end = offset, offset + len(line)
-        offset = line_end + 1
+    for line_start, line_end in _lines_to_read(text, anchors):
+        line = text[line_start:line_end]
         opening = _FENCE_OPEN.match(line)
         if fence is None and opening:
             fence = opening.group(1)
@@ -735,16 +751,46 @@ def dialogue_facts(text: str, turn: int | None) -> list[dict[str, Any]]:
             if line.strip().startswith(fence):
                 fence = None
             continue
-        if _CODE_LINE.search(line) or _match_def(line, 0, None) or _imports(line):
+        if line not in code:
+            code[line] = bool(_CODE_LINE.search(line) or _match_def(line, 0, None)
+                              or _imports(line))
+        if code[line]:
             continue
-        for s, e in _clauses(text, line_start, line_end):
-            if starts_in(others, s):
-                continue
-            fact = _clause_fact(text, s, e)
-            if fact is not None:
-                fact["turn"] = turn
-                facts.append(fact)
+        for s0, e0 in _sentences(text, line_start, line_end):
+            key = (text[s0:e0], s0 == 0)
+            if key not in clauses:
+                clauses[key] = [(s - s0, e - s0) for s, e in _clauses(text, s0, e0)]
+            for s, e in clauses[key]:
+                s, e = s + s0, e + s0
+                if starts_in(others, s):
+                    continue
+                clause = text[s:e]
+                if clause not in read:
+                    read[clause] = _clause_fact(text, s, e)
+                fact = read[clause]
+                if fact is not None:
+                    facts.append(dict(fact, turn=turn))
     return facts
+
+
+# A line that may open or close a fence (str.strip() strips what \s matches).
+_FENCE_MARK = re.compile(r"^[^\S\n]*(?:```|~~~)", re.M)
+
+
+def _lines_to_read(text: str, anchors: list[int]) -> Iterator[tuple[int, int]]:
+    """The spans of the lines of TEXT that :func:`dialogue_facts` reads, in order: those
+    with an anchor (at ANCHORS, sorted) and those that may open or close a fence. (No other
+    line holds a clause, and a turn of millions of lines without one is not read line by
+    line.)"""
+    end = -1
+    for pos in heapq.merge(anchors, (m.start() for m in _FENCE_MARK.finditer(text))):
+        if pos <= end:
+            continue  # in the line just read
+        newline = text.rfind("\n", end + 1, pos)
+        start = newline + 1 if newline >= 0 else end + 1
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        yield start, end
 
 
 def extract(utterances: list[Utterance]) -> list[dict[str, Any]]:

@@ -20,16 +20,17 @@ Pure Python, deterministic: the same text gives the same statements.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from donto_pg.core.voice import others_words, overlaps, own_clauses
+from donto_pg.core.voice import others_words, overlaps, own_clauses, starts_in
 
 __all__ = ["KINDS", "MAX_CHARS", "RULES_VERSION", "Standing", "condition", "detect",
-           "sentences", "subject_key"]
+           "quote_not_the_users", "sentences", "subject_key"]
 
-RULES_VERSION = "rules-v5"
+RULES_VERSION = "rules-v6"
 KINDS = ("instruction", "preference", "constraint")
 #: Sentences longer than this are not standing statements (a long sentence is a story).
 MAX_CHARS = 400
@@ -38,7 +39,17 @@ _MIN_CHARS = 12
 # BEAM's generator marker at the end of user turns (" ->-> 1,32").
 _MARKER = re.compile(r"\s*->->\s*\d+\s*,\s*\d+\s*$")
 # A sentence ends at . ! ? (and any closing quote) followed by space, or at a line break.
-_SENT_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"\u201d'\u2019)]))\s+|\n+")
+# (Testing for a space first only makes the search faster.)
+_SENT_END = re.compile(r"(?=\s)(?:(?:(?<=[.!?])|(?<=[.!?][\"\u201d'\u2019)]))\s+|\n+)")
+# A word that each standing statement holds: every pattern of _INSTRUCTION, _PREFERENCE
+# and _CONSTRAINT needs one of these at a word start ("veg" of "vegan", "favo" of
+# "favourite"); a sentence without any is not read. (The lookahead of first letters only
+# makes the search faster.)
+_CUE = re.compile(
+    r"\b(?=[abdefghilmnoprstuvw])(?:always|never|whenever|from now on|going forward|future"
+    r"|every time|each time|any ?time|i (?:ask|request|want|need|talk)|prefer|favo|dislike"
+    r"|like|hate|stand|rather|fan of|love|enjoy|allergic|intolerant|veg|lactose|eat|drink|use"
+    r"|afford|travel|work on|exceed|budget|limit|deadline|only have|more than|at most)", re.I)
 # A list item's marker, which does not make its sentence any less a statement.
 _LIST_MARKER = re.compile(r"^(?:[-*+\u2022]|\d{1,3}[.)])\s+")
 
@@ -125,17 +136,40 @@ def sentences(text: str) -> Iterator[tuple[int, int]]:
     """Spans [start, end) of the sentences of TEXT, whitespace and BEAM's marker trimmed."""
     pos = 0
     for m in [*_SENT_END.finditer(text), None]:
-        end = m.start() if m else len(text)
-        seg = text[pos:end]
-        marker = _MARKER.search(seg)
-        if marker:
-            seg = seg[:marker.start()]
-        lead = len(seg) - len(seg.lstrip())
-        seg = seg.strip()
-        if seg:
-            yield pos + lead, pos + lead + len(seg)
+        span = _trimmed(text, pos, m.start() if m else len(text))
+        if span is not None:
+            yield span
         if m:
             pos = m.end()
+
+
+def _trimmed(text: str, pos: int, end: int) -> tuple[int, int] | None:
+    """The sentence text[pos:end] (between two sentence ends) without its surrounding
+    whitespace and BEAM's marker: its span, None when nothing is left."""
+    seg = text[pos:end]
+    marker = _MARKER.search(seg)
+    if marker:
+        seg = seg[:marker.start()]
+    lead = len(seg) - len(seg.lstrip())
+    seg = seg.strip()
+    return (pos + lead, pos + lead + len(seg)) if seg else None
+
+
+def _cued_sentences(text: str, cues: list[int]) -> Iterator[tuple[int, int]]:
+    """The spans of those :func:`sentences` of TEXT that hold one of CUES (positions of
+    :data:`_CUE`, sorted), in order: the only ones that can be standing statements. (A turn
+    of millions of short lines without one is not split sentence by sentence.)"""
+    breaks = [m.span() for m in _SENT_END.finditer(text)]
+    last = -1
+    for cue in cues:
+        i = bisect.bisect_left(breaks, (cue,))  # a cue is a letter: never in a break
+        if i == last:
+            continue
+        last = i
+        span = _trimmed(text, breaks[i - 1][1] if i else 0,
+                        breaks[i][0] if i < len(breaks) else len(text))
+        if span is not None:
+            yield span
 
 
 def _stem(word: str) -> str:
@@ -215,28 +249,72 @@ def detect(text: str) -> list[Standing]:
     role-labelled line, a quote attributed to someone, a named speaker's reported words),
     unless a clause of the user's own in it, set off from those words, reads as one
     (:func:`donto_pg.core.voice.own_clauses`: "The doctor told me to avoid sugar, so please
-    never suggest desserts." is kept whole)."""
-    out = []
+    never suggest desserts." is kept whole); (from rules-v6) none in a pasted mail to its
+    end, not only its first paragraph, nor in a single-quoted passage attributed after it,
+    and a capitalised "Always"/"Never" before a verb of saying is no speaker."""
+    out: list[Standing] = []
+    cues = [m.start() for m in _CUE.finditer(text)]
+    if not cues:
+        return out
     others = others_words(text)
-    for start, end in sentences(text):
+    # A cue in others' words is in no clause of the user's (and others' words never end
+    # inside a word): only a sentence with a cue of the user's can be read as one.
+    cues = [c for c in cues if not starts_in(others, c)]
+    if not cues:
+        return out
+    # The same sentence reads the same wherever it stands in the user's own words (a long
+    # turn repeats many): read once.
+    read: dict[str, Standing | None] = {}
+    for start, end in _cued_sentences(text, cues):
         sent = text[start:end]
-        fits = _MIN_CHARS <= len(sent) <= MAX_CHARS
         if overlaps(others, start, end):
-            kind = next((k for a, b in own_clauses(text, others, start, end) if fits
+            kind = next((k for a, b in own_clauses(text, others, start, end)
+                         if _MIN_CHARS <= len(sent) <= MAX_CHARS
                          and len(text[a:b]) >= _MIN_CHARS and (k := _kind(text[a:b]))), None)
             if kind is not None:
                 out.append(Standing(kind, start, end, sent, subject_key(sent, kind)))
             continue
-        kind = _kind(sent) if fits else None
-        if kind is not None:
-            out.append(Standing(kind, start, end, sent, subject_key(sent, kind)))
-            continue
-        span = _said_in_passing(sent)
-        if span is not None:
-            clause = sent[span[0]:span[1]]
-            out.append(Standing("preference", start + span[0], start + span[1], clause,
-                                subject_key(clause, "preference")))
+        if sent not in read:
+            read[sent] = _statement(sent)
+        found = read[sent]
+        if found is not None:
+            out.append(Standing(found.kind, start + found.start, start + found.end,
+                                found.text, found.subject))
     return out
+
+
+def _statement(sent: str) -> Standing | None:
+    """The standing statement of one SENT of the user's own words, offsets in SENT: the
+    whole sentence when it reads as one, else a preference said in passing in it (from
+    rules-v3), else None."""
+    kind = _kind(sent) if _MIN_CHARS <= len(sent) <= MAX_CHARS else None
+    if kind is not None:
+        return Standing(kind, 0, len(sent), sent, subject_key(sent, kind))
+    span = _said_in_passing(sent)
+    if span is None:
+        return None
+    clause = sent[span[0]:span[1]]
+    return Standing("preference", span[0], span[1], clause, subject_key(clause, "preference"))
+
+
+def quote_not_the_users(text: str, start: int, end: int) -> bool:
+    """Is the quote text[start:end] of a user turn's TEXT, which a model took for a standing
+    statement, not the user's own: any of it in words that are not the user's own
+    (:func:`donto_pg.core.voice.others_words`), or in a sentence that holds some of them
+    outside that sentence's clauses of the user's own (:func:`own_clauses`)? The sentence
+    rule of the rule detector (rules-v5): "When I ask about recipes" of "When I ask about
+    recipes, the article I read says to use imperial units." is no rule of the user's,
+    "please never suggest desserts" of "The doctor told me to avoid sugar, so please never
+    suggest desserts." is."""
+    others = others_words(text)
+    if overlaps(others, start, end):
+        return True
+    for s, e in sentences(text):
+        if s < end and start < e and overlaps(others, s, e):
+            a, b = max(start, s), min(end, e)
+            if not any(x <= a and b <= y for x, y in own_clauses(text, others, s, e)):
+                return True
+    return False
 
 
 def condition(sentence: str) -> str | None:

@@ -16,9 +16,14 @@ from rules-v5) and the offline baseline extractor (:mod:`donto_pg.core.rule_extr
   paragraph (to the next blank line): a role label that starts a line (``Assistant:``,
   ``SYSTEM:``, ``ChatGPT:``, ``User:`` ... of a pasted transcript), someone else's words
   after a colon ("Mr. Smith wrote: ...", "The email from HR reads: ...", "He told me:
-  ..."), a mail after a line that ends with "email:", "mail:", "message:", "letter:" or
-  "memo:" ("My boss's email:"), the body after a block of two or more mail headers
-  (``From:``, ``To:``, ``Subject:`` ...);
+  ..."); a pasted mail: after a line that ends with "email:", "mail:", "message:",
+  "letter:" or "memo:" ("My boss's email:"; not when an e-mail address alone in its
+  paragraph follows: "Please always sign off with my email:" and "jo@example.com"), or
+  after a block of two or more mail headers (``From:``, ``To:``, ``Subject:`` ...), to the
+  end of the text, or (from rules-v6) to where the user's words resume: the end of the
+  paragraph of the mail's closing line ("Best regards,", "Thanks,", "--" ...), or a
+  paragraph that turns back to the assistant ("What do you think?", "How should I reply
+  to him?", a question about "this email" or "the message above");
 * reported speech: someone other than the user and what they said, from the speaker to
   the end of the sentence, or to where the user resumes (:data:`_RESUME`: "...,
   but I ...", "..., so please ...") ("My friend told me that ...", "ChatGPT told me to
@@ -27,9 +32,10 @@ from rules-v5) and the offline baseline extractor (:mod:`donto_pg.core.rule_extr
 * a quote (double, or single: 'I live in Paris.') right after someone's verb of saying,
   from the speaker to the closing quote ("He said "..."", "My boss said '...'", "what my
   assistant said:" and the quote on the next line);
-* a double-quoted passage attributed to someone after it: a comma (inside the quote or
-  after it), then the speaker and the verb ending the clause (""...," my brother said."),
-  or the verb first (""..." said my brother").
+* a quoted passage (double or, from rules-v6, single: "'...,' my brother said.")
+  attributed to someone after it: a comma (inside the quote or after it), then the
+  speaker and the verb ending the clause (""...," my brother said."), or the verb first
+  (""..." said my brother"). A capitalised adverb is no speaker ("Never say 'utilize'").
 
 The user's own words about someone else stay the user's: "Always do what my doctor
 says." (no words of the doctor's follow), "From now on, always answer in German." A
@@ -52,7 +58,7 @@ import re
 
 from donto_pg.core.fences import fence_spans
 
-__all__ = ["in_others_words", "others_words", "overlaps", "own_clauses", "starts_in"]
+__all__ = ["others_words", "overlaps", "own_clauses", "starts_in"]
 
 _QUOTED_LINE = re.compile(r"^[^\S\n]*[>＞].*$", re.M)
 _INDENTED_LINE = re.compile(
@@ -70,6 +76,30 @@ _MAIL_INTRO = re.compile(r"\b(?:e-?mail|mail|message|letter|memo)\b[^\n:]{0,40}:
 _MAIL_HEADERS = re.compile(
     r"(?:^[^\S\n]*(?:from|to|cc|bcc|subject|date|sent|reply-to)[^\S\n]*:[^\n]*(?:\n|\Z)){2,}",
     re.I | re.M)
+# A mail's body that is one e-mail address alone in its paragraph: the line before it names
+# an address ("Please always sign off with my email:" and "jo@example.com"), not a mail.
+_ADDRESS_PARAGRAPH = re.compile(
+    r"[^\S\n]*<?[\w.+-]+@[\w-]+(?:\.[\w-]+)+>?[^\S\n]*(?:\n[^\S\n]*(?:\n|\Z)|\Z)")
+# Where the user's own words resume after a pasted mail (rules-v6): after the paragraph of
+# its closing line ("Best regards," "Thanks," "--" ...), or at a paragraph that turns back
+# to the assistant: a short question on a line of its own ("What do you think?", "Any
+# advice?", "How should I reply to him?") or a question about the mail ("Can you summarize
+# this email?", "Is the message above rude?").
+_CLOSING_LINE = re.compile(
+    r"^[^\S\n]*(?:(?:best|kind|warm|warmest)[^\S\n]+(?:regards|wishes)|best|regards|warmly"
+    r"|(?:many[^\S\n]+)?thanks(?:[^\S\n]+again)?|thank[^\S\n]+you|cheers|sincerely"
+    r"|yours(?:[^\S\n]+(?:truly|sincerely|faithfully))?|all[^\S\n]+the[^\S\n]+best"
+    r"|take[^\S\n]+care|respectfully|--)[^\S\n]*[,.!]?[^\S\n]*$", re.I | re.M)
+_MAIL = r"(?:e-?mail|mail|message|letter|memo)"
+_IT = r"(?:it|this|that|him|her|them|(?:this|that|the)[^\S\n]+" + _MAIL + ")"
+_TURN_BACK = re.compile(
+    r"\n[^\S\n]*\n[^\S\n]*(?=(?:(?:so|now|ok(?:ay)?|anyway|well),?[^\S\n]+)?(?:what do you"
+    r" think(?: (?:of|about) " + _IT + r")?|thoughts|any (?:advice|thoughts|ideas|suggestions)"
+    r"|how (?:should|do|would|can) i (?:reply|respond|answer)(?: to " + _IT + r")?"
+    r"|what should i (?:say|reply|write|do)(?: now)?|(?:can|could) you help(?: me)?"
+    r"(?: (?:reply|respond|answer)(?: to " + _IT + r")?)?)[^\S\n]*[?.!]*[^\S\n]*(?:\n|\Z)"
+    r"|[^\n]*\b(?:(?:this|that)[^\S\n]+" + _MAIL + r"|" + _MAIL + r"[^\S\n]+above)\b[^\n]*\?"
+    r"[^\S\n]*(?:\n|\Z))", re.I)
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 _NEWLINE = re.compile(r"\n")
 _NON_SPACE = re.compile(r"\S")
@@ -80,7 +110,8 @@ _NON_SPACE = re.compile(r"\S")
 _SPEAKER = (r"(?:\b(?:my|his|her|their|our|your|a|an|this|that|the)(?: \w+){0,2} (?!i\b|we\b)\w+"
             r"|\b(?:he|she|they|it|you|someone|somebody|everyone|everybody|people)"
             r"|(?-i:\b(?!(?:I|This|That|These|Those|It|There|Here|What|Which|Who|How|Why"
-            r"|And|But|So|Or|If|Then|The|A|An|My|Your|He|She|They|We|You)\b)"
+            r"|And|But|So|Or|If|Then|The|A|An|My|Your|He|She|They|We|You|Always|Never|Please"
+            r"|Just|Also|Only|Simply|Kindly|Now|Again|Instead|Sometimes|Usually|Often|Do)\b)"
             r"[A-Z][\w.-]*(?: [A-Z][\w.-]*)?))"
             r"(?:\s*\([^)\n]{0,40}\))?")
 _SAID = (r"(?:said|says|say|wrote|writes|write|told|tells|tell|replied|replies|answered"
@@ -98,8 +129,10 @@ _SAYING = re.compile(r"\b(?=[aceimprstw])(?:" + _SAID + r"|reads|read)\b", re.I)
 # where their words end): a quote ("He said "..."", "what my assistant said:" and the
 # quote on the next line), words after a colon ("Mr. Smith wrote: ...", "The email from HR
 # reads: ..."), reported words ("told me (that/to) ...", "said that/to ...", "says, ...").
+# (Every speaker starts with a word character after a word boundary: testing that first
+# makes the search twice as fast.)
 _ATTRIBUTION = re.compile(
-    r"(?<!\bthe way )(?<!\bas )(?<!\blike )(?<!\bhow )(?!the way\b)" + _SPEAKER + r"\s+(?:"
+    r"\b(?=\w)(?<!\bthe way )(?<!\bas )(?<!\blike )(?<!\bhow )(?!the way\b)" + _SPEAKER + r"\s+(?:"
     r"(?P<quote>" + _SAID + _OBJECT + r"(?:\s+(?:that|this|the following))?"
     r"[^\S\n]*(?:[:,][^\S\n]*|:[^\S\n]*\n[^\S\n]*)?(?=[\"“'‘]))"
     r"|(?P<label>(?:(?:told|tells)\s+(?:me|us)|said|says|wrote|writes|replied|answered|reads"
@@ -111,6 +144,10 @@ _SPEAKER_REACH, _VERB_REACH = 120, 80
 _QUOTE = re.compile(r"[\"“](?:[^\"“”\n]|\n(?![^\S\n]*\n))+?[\"”]")
 # Where a single quote closes: not an apostrophe ("I'm", "don’t").
 _SINGLE_CLOSE = re.compile(r"(?<=\S)['’](?!\w)")
+# A single-quoted passage in a paragraph line: it opens after no word character and closes
+# at the first single quote that is not an apostrophe inside a word ('Don't ever ...,').
+_SINGLE_QUOTE = re.compile(
+    r"(?<![\w'’‘])['‘](?=[^\s'’])(?:[^\n'‘’]|(?<=\w)['’](?=\w))*+(?<=\S)['’](?!\w)")
 # The attribution after a double quote: ", my brother said.", ", he told me.", "said my
 # brother".
 _SAID_AFTER = re.compile(
@@ -127,6 +164,26 @@ def _first_after(starts: list[int], pos: int, default: int) -> int:
     """The first of sorted STARTS at or after POS, else DEFAULT."""
     i = bisect.bisect_left(starts, pos)
     return starts[i] if i < len(starts) else default
+
+
+class _Next:
+    """Where the first match of PATTERN in TEXT at or after a position starts (or ends, with
+    END), else the text's end: searched when asked, from the position (a list of every
+    match would hold an item per line of a turn of millions of lines). Asked in increasing
+    order, each character is searched once. (With END, a match must not span a position
+    asked: then the first match found from it is the first one of the whole text ending at
+    or after it.)"""
+
+    def __init__(self, pattern: re.Pattern[str], text: str, end: bool = False) -> None:
+        self.pattern, self.text, self.end = pattern, text, end
+        self.asked = self.found = -1
+
+    def __call__(self, pos: int) -> int:
+        if not self.asked <= pos <= self.found:
+            m = self.pattern.search(self.text, pos)
+            self.asked = pos
+            self.found = len(self.text) if m is None else m.end() if self.end else m.start()
+        return self.found
 
 
 def _near_verbs(text: str) -> list[tuple[int, int]]:
@@ -147,19 +204,19 @@ def others_words(text: str) -> list[tuple[int, int]]:
     sorted and disjoint (overlapping ones merged). Linear in TEXT but for the fences."""
     n = len(text)
     blanks = [m.start() for m in _BLANK_LINE.finditer(text)]
-    newlines = [m.start() for m in _NEWLINE.finditer(text)]
+    newline = _Next(_NEWLINE, text)
 
     def block_end(pos: int) -> int:
         """The end of a labelled block whose label ends at POS: the end of its line, or
         when the label ends the line, of the next paragraph (unless that starts with lines
         already marked: "Here is the mail:" and "> ..." lines)."""
-        eol = _first_after(newlines, pos, n)
+        eol = newline(pos)
         body = _NON_SPACE.search(text, pos)
         if body is None:
             return n
         if body.start() < eol:
             return eol
-        line = newlines[bisect.bisect_left(newlines, body.start()) - 1] + 1
+        line = text.rfind("\n", eol, body.start()) + 1
         return pos if line in marked else _first_after(blanks, body.start(), n)
 
     spans = list(fence_spans(text, 0, n))
@@ -167,13 +224,37 @@ def others_words(text: str) -> list[tuple[int, int]]:
     spans += [m.span() for m in _INDENTED_LINE.finditer(text)]
     spans += [m.span() for m in _QUOTE_ELEMENT.finditer(text)]
     marked = {s for s, _ in spans}
-    for m in [*_ROLE_LINE.finditer(text), *_MAIL_INTRO.finditer(text),
-              *_MAIL_HEADERS.finditer(text)]:
-        spans.append((m.start(), block_end(m.end())))
+    spans += [(m.start(), block_end(m.end())) for m in _ROLE_LINE.finditer(text)]
+    closings = [m.end() for m in _CLOSING_LINE.finditer(text)]
+    turn_backs = [m.start() for m in _TURN_BACK.finditer(text)]
+
+    def mail_end(pos: int, intro: bool) -> int | None:
+        """The end of a pasted mail whose intro line or headers end at POS: the end of the
+        text, or where the user's own words resume (:data:`_TURN_BACK`, after the paragraph
+        of a :data:`_CLOSING_LINE`); POS when its body starts with lines already marked;
+        None when an intro names an address (:data:`_ADDRESS_PARAGRAPH`)."""
+        body = _NON_SPACE.search(text, pos)
+        if body is None:
+            return n
+        line = text.rfind("\n", pos, body.start()) + 1 or pos
+        if line in marked:
+            return pos
+        if intro and _ADDRESS_PARAGRAPH.match(text, line):
+            return None
+        closing = _first_after(closings, line, n)
+        return min(_first_after(blanks, closing, n) if closing < n else n,
+                   _first_after(turn_backs, line, n))
+
+    for intro, found in ((True, _MAIL_INTRO), (False, _MAIL_HEADERS)):
+        for m in found.finditer(text):
+            end = mail_end(m.end(), intro)
+            if end is not None:
+                spans.append((m.start(), end))
 
     quotes = {m.start(): m.end() for m in _QUOTE.finditer(text)}
     single_ends = [m.end() for m in _SINGLE_CLOSE.finditer(text)]
-    ends = [m.end() for m in _REPORT_END.finditer(text)]
+    # (An attribution ends in a letter, a space, ':' or ',': never inside a report's end.)
+    report_end = _Next(_REPORT_END, text, end=True)
     quoted = set()
     for a, b in _near_verbs(text):
         for m in _ATTRIBUTION.finditer(text, a, min(b, n)):
@@ -192,8 +273,9 @@ def others_words(text: str) -> list[tuple[int, int]]:
             if m.group("label") is not None:
                 spans.append((m.start(), block_end(m.end())))
             else:
-                spans.append((m.start(), _first_after(ends, m.end(), n)))
-    for start, end in quotes.items():
+                spans.append((m.start(), report_end(m.end())))
+    singles = {m.start(): m.end() for m in _SINGLE_QUOTE.finditer(text)}
+    for start, end in [*quotes.items(), *singles.items()]:
         if start in quoted:
             continue
         after = _SAID_AFTER.match(text, end)
@@ -255,8 +337,3 @@ def own_clauses(text: str, spans: list[tuple[int, int]], start: int,
         pos, i = nxt[1], i + 1
     return out
 
-
-def in_others_words(text: str, start: int, end: int) -> bool:
-    """Is any of text[start:end] in words of TEXT that are not the user's own
-    (:func:`others_words`)?"""
-    return overlaps(others_words(text), start, end)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from donto_pg.core.standing import RULES_VERSION, condition, detect, subject_key
-from donto_pg.core.voice import in_others_words
+from donto_pg.core.standing import (
+    RULES_VERSION,
+    condition,
+    detect,
+    quote_not_the_users,
+    subject_key,
+)
 from donto_pg.server.revision import revision_body, turn_rows
 
 
@@ -50,7 +55,8 @@ def statement_condition(plpy, text: str | None) -> str | None:
 
 
 def not_the_users(plpy, turn: str | None, start: int, end: int) -> bool:
-    """Body of ``donto._standing_not_the_users``: is any of ``turn[start:end]`` (an LLM
-    standing claim's quote in a user turn) in words of the turn that are not the user's
-    own (:func:`donto_pg.core.voice.in_others_words`, the rule detector's filter)?"""
-    return in_others_words(turn or "", start, end)
+    """Body of ``donto._standing_not_the_users``: is ``turn[start:end]`` (an LLM standing
+    claim's quote in a user turn) not the user's own words, by the rule detector's filter:
+    any of it in others' words, or in a sentence shared with them outside the user's own
+    clauses of it (:func:`donto_pg.core.standing.quote_not_the_users`)?"""
+    return quote_not_the_users(turn or "", start, end)

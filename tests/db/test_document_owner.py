@@ -21,7 +21,7 @@ from tests.conftest import run_cli
 from tests.db.test_security_definer import new_revision
 from tests.db.test_vector_provenance import BODY, MADE_UP, default_model, loaded
 
-BASELINE = json.dumps([{"name": "baseline", "model": "donto-baseline-v2"}])
+BASELINE = json.dumps([{"name": "baseline", "model": "donto-baseline-v3"}])
 COUNTS = ("select (select count(*) from donto.statement), (select count(*) from "
           "donto.revision), (select count(*) from donto.retraction), (select count(*) from "
           "donto.x_turn_key), (select count(*) from donto.projection)")

@@ -741,13 +741,13 @@ def test_baseline_is_the_default_and_says_so(db):
     assert report.progress.done == 60 and report.progress.facts > 0
     run = db.execute("select is_baseline, label, providers from donto.extraction_run").fetchone()
     assert run[0] and "baseline" in run[1] and run[2] == [{"name": "baseline",
-                                                           "model": "donto-baseline-v2"}]
+                                                           "model": "donto-baseline-v3"}]
     body = body_of(db, rev)
     rows = db.execute("select evidence_text, quote, char_start, char_end, model, run_label "
                       "from donto.claim_provenance where anchor_method is not null").fetchall()
     assert rows
     for text, quote, s, e, model, label in rows:
-        assert text == quote == body[s:e] and model == "donto-baseline-v2"
+        assert text == quote == body[s:e] and model == "donto-baseline-v3"
         assert "baseline" in label
 
 

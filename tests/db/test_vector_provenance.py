@@ -235,7 +235,7 @@ def test_an_owners_arm_stays_the_owners_whichever_owner_login_made_it(db, logins
     gate = db.execute("select donto.ab_record_gate('g900', %s, '[]', 10, %s, 'hybrid', 0)",
                       ([rev], model)).fetchone()[0]
     run = db.execute("select run_id from donto.start_extraction_run("
-                     "'[{\"name\": \"baseline\", \"model\": \"donto-baseline-v2\"}]', '{}', "
+                     "'[{\"name\": \"baseline\", \"model\": \"donto-baseline-v3\"}]', '{}', "
                      "null, null)").fetchone()[0]
     db.execute("select donto.ab_record_result('r900', %s, 'fixed900', %s, 'rejected', 0, '{}', "
                "'rejected before the recall pass')", (gate, run))

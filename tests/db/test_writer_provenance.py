@@ -25,7 +25,7 @@ from psycopg import errors
 from donto_pg import extract, summaries
 from tests.db.test_accountability import give
 
-BASELINE = json.dumps([{"name": "baseline", "model": "donto-baseline-v2"}])
+BASELINE = json.dumps([{"name": "baseline", "model": "donto-baseline-v3"}])
 BODY = ("=== session 1 | 2024-03-15 ===\n\n[user #0] I moved to Berlin in March.\n\n"
         "[assistant #1] Nice! How is Berlin?\n\n"
         "=== session 2 | 2024-04-02 ===\n\n[user #2] My sister Ana lives in Porto.\n\n"

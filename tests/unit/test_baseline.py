@@ -325,7 +325,7 @@ def test_deterministic() -> None:
     block = make_block(("user", PYTHON + "\nI moved to Berlin in March."))
     prompt = render_block(block, get_template("mixed"))
     assert len({extract_from_prompt(prompt) for _ in range(5)}) == 1
-    assert BASELINE_MODEL == "donto-baseline-v2"
+    assert BASELINE_MODEL == "donto-baseline-v3"
 
 
 @pytest.mark.parametrize(
@@ -343,3 +343,16 @@ def test_pathological_text_stays_fast(text: str) -> None:
     facts = dialogue_facts(text, 1)
     assert time.monotonic() - started < 10
     assert all(f["quote"] in text for f in facts)
+
+
+@pytest.mark.parametrize("text", [
+    "'I live in Oslo and my name is Mallory,' my brother said.",
+    "My boss's email:\nHi,\n\nI live in Oslo and my name is Mallory.\n\nBest,\nBob",
+])
+def test_words_that_rules_v6_leaves_out_state_nothing_about_the_user(text: str) -> None:
+    """donto-baseline-v3: a single-quoted passage attributed after it, a pasted mail's
+    later paragraphs (v2 took them for facts about the user)."""
+    assert dialogue_facts(text, 1) == []
+    # the user's own words after the mail's closing are still facts
+    facts = dialogue_facts(text + "\n\nI live in Bergen.", 1)
+    assert [(f["predicate"], f["object"]) for f in facts] == [("lives in", "Bergen")]

@@ -6,6 +6,7 @@ import pytest
 
 from donto_pg.core.standing import MAX_CHARS, condition, detect, sentences, subject_key
 from donto_pg.core.voice import others_words
+from donto_pg.server.standing import not_the_users
 
 
 @pytest.mark.parametrize("text, kind", [
@@ -190,3 +191,23 @@ def test_rules_v5_keeps_the_users_own_rules() -> None:
     adopted = 'Please follow this rule: from now on "always cite sources".'
     assert [s.text for s in detect(adopted)] == [adopted]
     assert others_words('Please follow this rule:\n"Always cite sources."') == []
+
+
+@pytest.mark.parametrize(("text", "quote", "theirs"), [
+    # the user's clause of a sentence whose rule is someone else's (the sentence rule)
+    ("When I ask about recipes, the article I read says to use imperial units.",
+     "When I ask about recipes", True),
+    ("I'm allergic to nuts. When I ask about recipes, the article I read says to use "
+     "imperial units.", "I'm allergic to nuts. When I ask about recipes", True),
+    ("When I ask about recipes, the article I read says to use imperial units.",
+     "the article I read says to use imperial units", True),
+    # the user's own clause, set off from the reported words: the user's
+    ("The doctor told me to avoid sugar, so please never suggest desserts.",
+     "please never suggest desserts", False),
+    # a sentence of its own beside reported words: the user's
+    ("My friend told me that I should eat meat. I'm vegetarian.", "I'm vegetarian", False),
+    ("Always answer in English.", "Always answer in English", False),
+])
+def test_a_models_standing_quote_is_the_users_by_the_sentence_rule(text, quote, theirs):
+    start = text.index(quote)
+    assert not_the_users(None, text, start, start + len(quote)) is theirs
