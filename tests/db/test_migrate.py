@@ -578,7 +578,7 @@ def test_embedded_cluster_lifecycle_as_an_ordinary_user(tmp_path):
     user = "nobody" if os.geteuid() == 0 else None
     home = Path("/tmp") / f"donto-cli-{uuid.uuid4().hex[:8]}"
     home.mkdir(mode=0o777)
-    home.chmod(0o777)
+    home.chmod(0o1777)  # as /tmp: sticky (a home under a dir others may change is refused)
     env = {k: v for k, v in os.environ.items() if k != "DONTO_DSN"}
     env["DONTO_HOME"] = str(home / "h")
     try:
