@@ -272,3 +272,34 @@ def test_the_summary_prompt_never_holds_forgotten_words(db, logins):
     assert prompts and rep["made"]
     assert not any(SECRET in p for p in prompts)
     assert any("mortgage rates" in p for p in prompts)
+
+
+def test_migration_035_carries_the_forgettings_made_before_it(db, logins):
+    """The backfill of migration 035, run on a forgetting made before it: a chunk retracted
+    by hand the way 034 did it (its claims' block not retracted), then the document given
+    away; the migration's statement takes the claims of the block extracted before."""
+    import re
+
+    from donto_pg import resources
+
+    _, _, a, r = _alice_and_reader(logins)
+    rev = api.add_conversation(a, _long_turn_chat(), "chat:forget2/migrated", embed=False)
+    block = _pin_block(a, rev)
+    _ingest(a, block, _run(a, "migrated"), [HYPOTHESIS, ELSEWHERE])
+    chunk = _pin_chunk(a, rev)
+    # as 034's retract left it: the chunk retracted by hand, in alice's name, nothing else
+    db.execute("insert into donto.retraction (statement_id, reason, by_hand, login_role) "
+               "values (%s, 'forget my PIN', true, %s)",
+               (chunk, a.info.user))
+    db.commit()
+    bob, _ = logins()
+    db.execute("select donto.give_document('chat:forget2/migrated', %s)", (bob,))
+    db.commit()
+    assert _current_pin_claims(r) == 2
+    text = (resources.data_dir("migrations") / "035-forget-prompts.sql").read_text()
+    body = re.search(r"execute \$q\$(.*?)\$q\$;", text, re.S).group(1)
+    db.execute(body)
+    db.commit()
+    assert _current_pin_claims(r) == 0
+    db.execute(body)  # idempotent
+    db.commit()
