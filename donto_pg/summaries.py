@@ -231,6 +231,7 @@ def summarize_sessions(
     extractor, gives extractive summaries. Idempotent per (revision, session,
     summarizer). MODEL: the embedding model. Returns counts per method.
     """
+    from donto_pg.core import render
     from donto_pg.extract import resolve_revisions
 
     started = time.perf_counter()
@@ -256,17 +257,28 @@ def summarize_sessions(
                            "char_end"), r, strict=True)) for r in conn.execute(
             "select seq, turn_id, role, session, time_anchor::text, char_start, char_end "
             "from donto.turn where revision_id = %s order by seq", (rev,))]
+        # forgotten words (recall chunks retracted by hand) are clipped out of the prompt
+        gone = conn.execute("select lower(x), upper(x) from unnest("
+                            "donto._forgotten_text(%s, null)) as x order by 1", (rev,)).fetchall()
         conn.commit()
         for session, first, last, _ in todo:
             st = [t for t in turns if t["session"] == session]
             dates = first if first == last else f"{first} to {last}"
             header = f"Session {session}" + (f" ({dates})" if first else "") + ": "
             method, meta = "extractive", {"summarizer": summarizer}
+            utterances = []
+            for t in st:
+                clipped = render.clip_forgotten(body[t["char_start"]:t["char_end"]],
+                                                t["char_start"], t["char_end"], gone)
+                if clipped is not None:
+                    utterances.append({"turn_id": t["turn_id"], "role": t["role"],
+                                       "date": t["date"], "text": clipped})
             text = None
-            if summarizer != EXTRACTIVE:
-                messages, shortened = abstractive_prompt(
-                    [{"turn_id": t["turn_id"], "role": t["role"], "date": t["date"],
-                      "text": body[t["char_start"]:t["char_end"]]} for t in st], max_chars)
+            if summarizer != EXTRACTIVE and not utterances:
+                meta["fallback"] = ("abstractive summary not asked: the session's words are "
+                                    "forgotten")
+            elif summarizer != EXTRACTIVE:
+                messages, shortened = abstractive_prompt(utterances, max_chars)
                 try:
                     done = providers.complete(messages)
                     text = header + parse_summary(done.text)

@@ -1536,6 +1536,161 @@ $$;
 
 insert into donto.migration (name, sha256) values ('034-forget-everywhere.sql', '93a941786373684105cc52a300e937a6a73030ba74959a19af1bd1addf13ae44');
 
+-- migrations/035-forget-prompts.sql
+-- 035: forgetting reaches what was said from the words. A recall chunk retracted by hand
+-- (034) took the statements whose own span overlaps it, but not the claims of a block that
+-- held the words (an unquoted hypothesis, an object repeating them beside a quote from
+-- elsewhere in the block: the prompt had shown them to the model), nor the LLM's standing
+-- statements made of those claims; and a retraction stopped counting once the document was
+-- given to another login (donto.give_document), so words forgotten then came back. From now
+-- on donto._forget_in retracts every claim of a block extracted before its words were
+-- forgotten (the prompt held them; render_for_extraction clips them out of every prompt
+-- since), and a retraction by the document's writer then keeps counting for the revisions
+-- of that time, and for later ones unless the owner took the document since (sql/). This
+-- carries the retractions made before: each recall chunk retracted by hand by the writer of
+-- its document (now, or when it asked) takes the current claims, and the standing
+-- statements made of them, of the blocks of its lineage (the same text at the same place)
+-- whose text overlaps it and that were extracted before it, and the current statements over
+-- it that a given-away document filed since, "carried over from statement N: <reason>", in
+-- the name of whoever asked. Nothing to do in a new database.
+--
+-- A statement so retracted (carried over) that someone then retracts by hand ("forget where
+-- I live", of a claim its block's forgetting took) kept only the carried retraction (one per
+-- statement): the request was lost, and a changed text's claim of it came back. Such a
+-- request is now a row of donto.retraction_request, carried onto later texts like a
+-- retraction by hand (donto._forgotten_spans).
+
+create table donto.retraction_request (
+    request_id bigint generated always as identity primary key,
+    statement_id bigint not null unique references donto.statement,
+    retraction_id bigint not null references donto.retraction,
+    reason text not null check (pg_catalog.btrim(reason) <> ''),
+    login_role text default session_user,
+    session_role text default nullif(pg_catalog.current_setting('role'), 'none'),
+    backend_pid integer default pg_catalog.pg_backend_pid(),
+    tx_from timestamptz not null default pg_catalog.now()
+);
+
+comment on table donto.retraction_request is
+'A retraction asked for by hand (donto.retract) of a statement already retracted by one '
+'carried over from another (forgotten words, or the block that held them): the request '
+'stands on its own and is carried onto later texts like a retraction by hand.';
+comment on column donto.retraction_request.request_id is 'Identity.';
+comment on column donto.retraction_request.statement_id is
+'The statement retracted by hand (the first request stands).';
+comment on column donto.retraction_request.retraction_id is
+'The carried retraction it already had.';
+comment on column donto.retraction_request.reason is 'The reason given.';
+comment on column donto.retraction_request.login_role is
+'The login role of the session that asked (session_user).';
+comment on column donto.retraction_request.session_role is
+'The role that session had SET (null: none).';
+comment on column donto.retraction_request.backend_pid is 'The backend pid of that session.';
+comment on column donto.retraction_request.tx_from is 'When it was asked (transaction time).';
+
+do $$
+begin
+    if exists (select 1 from donto.retraction as r where r.by_hand) then
+        execute $q$
+            with forgot as materialized (
+                select
+                    o.statement_id, o.document_id, o.derived_from_revision as rev,
+                    o.char_start, o.char_end, r.reason, r.login_role, r.tx_from
+                from donto.retraction as r
+                inner join donto.statement as o on r.statement_id = o.statement_id
+                inner join donto.context as oc on o.context_id = oc.context_id
+                where r.by_hand and o.predicate = 'mem:episodic/chunk'
+                      and o.char_start is not null
+                      and r.reason not like 'carried over from statement %'
+                      and oc.iri not like 'ctx:measure/%'
+            ),
+
+            asked as materialized (  -- by the document's writer, now or when it asked
+                select f.*, donto._login_writes_document(f.login_role, f.document_id) as now
+                from forgot as f
+                where donto._login_writes_document(f.login_role, f.document_id)
+                      or f.login_role = coalesce(
+                          (select g.login_role from donto.document_grant as g
+                           where g.document_id = f.document_id and g.granted_at <= f.tx_from
+                           order by g.grant_id desc limit 1),
+                          (select v.login_role from donto.revision as v
+                           where v.document_id = f.document_id
+                           order by v.revision_id limit 1))
+            ),
+
+            target as materialized (  -- the lineage's revisions where the words still count
+                select a.*, l.rev as trev
+                from asked as a
+                cross join lateral donto.revision_lineage(a.rev) as l (rev)
+                inner join donto.revision as tv on l.rev = tv.revision_id
+                where a.now or tv.registered_at <= a.tx_from
+                      or not exists (
+                          select 1 from donto.document_grant as g
+                          where g.document_id = a.document_id
+                                and g.granted_at >= a.tx_from
+                                and g.granted_at <= tv.registered_at
+                                and g.login_role is distinct from a.login_role
+                                and donto._owners_login(g.login_role)
+                      )
+            ),
+
+            answered as (
+                select xc.statement_id as claim, t.trev, t.statement_id as source, t.reason,
+                       t.login_role
+                from target as t
+                inner join donto.extraction_block as b
+                    on b.revision_id = t.trev
+                       and ((b.char_start < t.char_end and t.char_start < b.char_end)
+                            or (b.prefix_start < t.char_end and t.char_start < b.prefix_end))
+                inner join donto.projection as p on b.projection_id = p.projection_id
+                inner join donto.extraction_response as x on b.block_id = x.block_id
+                inner join donto.x_claim as xc on x.response_id = xc.response_id
+                where p.strategy not like 'ab/%'
+                      and coalesce(
+                          (select pg_catalog.max(l.at) from donto.extraction_lease as l
+                           where l.run_id = x.run_id and l.block_id = x.block_id and l.taken),
+                          x.received_at) < t.tx_from
+            ),
+
+            over as (
+                select s.statement_id, t.statement_id as source, t.reason, t.login_role
+                from target as t
+                inner join donto.statement as s
+                    on s.derived_from_revision = t.trev
+                       and s.char_start < t.char_end and t.char_start < s.char_end
+                inner join donto.context as c on s.context_id = c.context_id
+                where c.iri not like 'ctx:measure/%'
+                union all
+                select a.claim, a.source, a.reason, a.login_role from answered as a
+                union all
+                select xs.statement_id, a.source, a.reason, a.login_role
+                from answered as a
+                inner join donto.x_standing as xs
+                    on xs.revision_id = a.trev and xs.detector = 'llm-v1'
+                inner join donto.statement as ss
+                    on xs.statement_id = ss.statement_id
+                       and ss.object_lit ->> 'claim' = a.claim::text
+            )
+
+            insert into donto.retraction (statement_id, reason, by_hand, login_role)
+            select distinct on (v.statement_id)
+                v.statement_id,
+                pg_catalog.format('carried over from statement %s: %s', v.source, v.reason),
+                true,
+                v.login_role
+            from over as v
+            where not exists (select 1 from donto.retraction as r2
+                              where r2.statement_id = v.statement_id)
+            order by v.statement_id, v.source
+            on conflict do nothing
+        $q$;
+    end if;
+end;
+$$;
+
+
+insert into donto.migration (name, sha256) values ('035-forget-prompts.sql', '7b7e293b9fb7357bd61bbf0f6c59ad23bb03f2fda1b82f85faef11b061166922');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -2606,7 +2761,9 @@ as $$
    other projections, session summaries), is retracted with it, "carried over from
    statement N: <reason>" (donto._forget_in; what is filed over them later is retracted by
    the trigger donto._forget_new_statements), and recall clips them out of what it reads
-   around a hit (donto._forgotten_text). */
+   around a hit (donto._forgotten_text). A statement already retracted, carried over from
+   forgotten words, that is retracted by hand keeps that retraction; the request is recorded
+   (donto.retraction_request, the first one) and carried like a retraction by hand. */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
@@ -2615,6 +2772,7 @@ declare
     v_measure boolean;
     v_chunk boolean;
     v_rev bigint;
+    v_asked boolean;
 begin
     select s.document_id, s.login_role, c.iri like 'ctx:measure/%',
            s.predicate = 'mem:episodic/chunk' and s.char_start is not null
@@ -2634,10 +2792,26 @@ begin
     if reason is null or btrim(reason) = '' then
         raise exception 'donto.retract: a reason is required' using errcode = '22023';
     end if;
+    if v_chunk and not v_measure then
+        -- wait for the filings in progress in the document, and make later ones wait
+        perform donto._lock_forgetting(v_doc);
+    end if;
     insert into donto.retraction (statement_id, reason, by_hand) values (v_sid, reason, true)
     on conflict on constraint retraction_statement_id_key do nothing
     returning retraction_id into v_id;
-    if v_id is not null and v_chunk and not v_measure then
+    v_asked := v_id is not null;
+    if not v_asked then
+        -- already retracted, carried over from forgotten words: the request stands on its
+        -- own (carried onto later texts like a retraction by hand, donto._forgotten_spans)
+        insert into donto.retraction_request (statement_id, retraction_id, reason)
+        select r.statement_id, r.retraction_id, retract.reason
+        from donto.retraction as r
+        where r.statement_id = v_sid and r.by_hand
+              and r.reason like 'carried over from statement %'
+        on conflict on constraint retraction_request_statement_id_key do nothing;
+        v_asked := found;
+    end if;
+    if v_asked and v_chunk and not v_measure then
         -- Forgetting is about text: the words of this chunk, wherever they stand in the
         -- document's revisions (donto._forgotten_spans maps them), leave every statement.
         for v_rev in
@@ -5779,7 +5953,8 @@ $py$;
 comment on function donto.render_for_extraction(bigint, bigint) is
 'The ONLY path to a prompt: the block as inert data (utterances as one-line JSON objects with '
 'turn id, role and date; the prefix as CONTEXT ONLY) between a preamble and a closing reminder '
-'of the task and output schema, from the template in donto.prompt_template.';
+'of the task and output schema, from the template in donto.prompt_template. Forgotten words '
+'(donto._forgotten_text) are clipped out; a block of forgotten words only is refused (55000).';
 
 -- -- anchoring and parsing --------------------------------------------------------------
 
@@ -6029,6 +6204,34 @@ $$;
 comment on function donto.record_extraction_event(bigint, text, jsonb) is
 'Append a status event to an extraction run (a status change is a new row).';
 
+create or replace function donto._forgotten_now(p_revision_id bigint)
+returns int4multirange
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* The words of revision P_REVISION_ID forgotten now (donto._forgotten_text, sql/085), or
+   null when nothing of its document was ever forgotten (one probe). For
+   donto.pending_extraction_blocks. */
+begin
+    if not exists (
+        select 1 from donto.retraction as r
+        inner join donto.statement as o on r.statement_id = o.statement_id
+        inner join donto.revision as v on o.document_id = v.document_id
+        where r.by_hand and v.revision_id = p_revision_id
+              and o.predicate = 'mem:episodic/chunk'
+    ) then
+        return null;
+    end if;
+    return donto._forgotten_text(p_revision_id, null);
+end;
+$$;
+
+comment on function donto._forgotten_now(bigint) is
+'The forgotten words of a revision now (donto._forgotten_text), or null when nothing of its '
+'document was forgotten.';
+
 create or replace function donto.pending_extraction_blocks(
     run_id bigint, revision_ids bigint[] default null, max_blocks integer default null
 )
@@ -6056,6 +6259,9 @@ Nor is a superseded block, one that a later revision of its document stands for:
   block's text.
 A revision asked for alone (REVISION_IDS names no other revision of its document)
 lists all its blocks: extracting an earlier revision on purpose stays possible.
+Nor is a block whose utterances are all forgotten words (recall chunks retracted by hand,
+donto._forgotten_text): its prompt would hold nothing (the prompt renderer clips
+them out). It stays unextracted; a run that has only such blocks left is complete.
 */
     with run as materialized (
         select r.params from donto.extraction_run as r where r.run_id = $1
@@ -6088,6 +6294,7 @@ lists all its blocks: extracting an earlier revision on purpose stays possible.
             ) as later_selected,
             case when l.rev > proj.revision_id then l.rev end as latest,
             l.rev = any(proj.lineage) as latest_extends,
+            donto._forgotten_now(proj.revision_id) as forgotten,
             (select lp.projection_id
              from run
              inner join donto.projection as lp
@@ -6117,6 +6324,13 @@ lists all its blocks: extracting an earlier revision on purpose stays possible.
               and d.prefix_start is not distinct from b.prefix_start
               and d.prefix_end is not distinct from b.prefix_end
     )
+    -- a block whose utterances are all forgotten words is not sent (the prompt renderer
+    -- clips them out of a prompt; nothing would be left)
+    and not coalesce(
+        (select pg_catalog.range_agg(pg_catalog.int4range((t.p ->> 'char_start')::integer,
+                                                          (t.p ->> 'char_end')::integer))
+         from pg_catalog.jsonb_array_elements(b.turns) as t (p)) <@ h.forgotten,
+        false)
     and (
         h.alone
         or not (
@@ -6820,6 +7034,27 @@ begin
     end if;
     -- Standing claims that stayed current facts join standing memory (sql/086-standing.sql).
     perform donto._standing_from_claims(v_resp);
+    -- Forgetting is about text: the answer to a prompt rendered before words of its block
+    -- were forgotten goes whole, claims and the standing statements made of them
+    -- (donto._forget_in; the trigger on donto.statement saw the claims before they were
+    -- a block's). Only when anything of the document was forgotten.
+    if v_arm is null and exists (
+        select 1 from donto.retraction as r
+        inner join donto.statement as o on r.statement_id = o.statement_id
+        where r.by_hand and o.document_id = v_doc and o.predicate = 'mem:episodic/chunk'
+    ) then
+        perform donto._forget_in(
+            v_b.revision_id,
+            array(select xc.statement_id from donto.x_claim as xc
+                  where xc.response_id = v_resp
+                  union all
+                  select xs.statement_id from donto.x_standing as xs
+                  inner join donto.statement as ss on xs.statement_id = ss.statement_id
+                  inner join donto.x_claim as xc
+                      on ss.object_lit ->> 'claim' = xc.statement_id::text
+                  where xs.revision_id = v_b.revision_id and xs.detector = 'llm-v1'
+                        and xc.response_id = v_resp));
+    end if;
 
     return v_summary;
 end;
@@ -9275,6 +9510,72 @@ comment on function donto._spans_in(bigint, bigint, integer[], integer[]) is
 'P_NEW, a changed text of the same conversation: rows (i from 1, start, end); none, one or '
 'several per span (donto_pg.core.spans).';
 
+create or replace function donto._forgot_then(
+    p_login text, p_at timestamptz, p_document_id bigint, p_revision_id bigint
+)
+returns boolean
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether a retraction by hand that login P_LOGIN made at P_AT in document P_DOCUMENT_ID
+still counts for revision P_REVISION_ID although the login may not add to the document now
+(donto._forgotten_spans asks this only then): it was the document's writer then (the
+document's login at P_AT, by the grants made by then, else its first registrant; or a
+member of that login, both bound), and either the revision existed then (what the
+document's writer asked stands for the texts it asked about, whoever has the document
+later) or the owner has not taken the document since (a grant to a login that counts as
+the owner's, made from P_AT on and by the time the revision was registered: the owner's
+load of a text a writer registered first, donto.register_revision, or the owner giving it
+to itself). A give_document to another login hands the forgetting on with the document:
+the new writer's later revisions stay forgotten. The squatter case: a writer who
+registered the start of the owner's text and retracted it hides nothing of the owner's
+load, which took the document. Never null.
+*/
+    with w as (
+        select coalesce(
+            (select g.login_role from donto.document_grant as g
+             where g.document_id = p_document_id and g.granted_at <= p_at
+             order by g.grant_id desc limit 1),
+            (select r.login_role from donto.revision as r
+             where r.document_id = p_document_id order by r.revision_id limit 1)) as login
+    ),
+
+    rv as (
+        select r.registered_at from donto.revision as r where r.revision_id = p_revision_id
+    )
+
+    select coalesce(
+        (select w.login = p_login
+                or coalesce((select pg_catalog.pg_has_role(l.oid, o.oid, 'MEMBER')
+                                    and donto._login_bound(l.rolname)
+                                    and donto._login_bound(o.rolname)
+                             from pg_catalog.pg_roles as l
+                             cross join pg_catalog.pg_roles as o
+                             where l.rolname = p_login and o.rolname = w.login), false)
+         from w)
+        and (
+            (select rv.registered_at <= p_at from rv)
+            or not exists (
+                select 1 from donto.document_grant as g
+                cross join rv
+                where g.document_id = p_document_id
+                      and g.granted_at >= p_at and g.granted_at <= rv.registered_at
+                      and g.login_role is distinct from p_login
+                      and donto._owners_login(g.login_role)
+            )
+        ),
+        false
+    );
+$$;
+
+comment on function donto._forgot_then(text, timestamptz, bigint, bigint) is
+'Whether a retraction by hand a login made at a time still counts for a revision of the '
+'document: the login was its writer then, and the revision existed then or the owner has '
+'not taken the document since (give_document hands the forgetting on). Stable.';
+
 create or replace function donto._forgotten_spans(
     p_context_id bigint, p_revision_id bigint, p_as_of timestamptz
 )
@@ -9295,13 +9596,17 @@ revision outside it (the conversation changed) has them where their text stands 
 P_REVISION_ID (donto._spans_in: in place before the edit, shifted after it, and in
 between as a line diff maps it: none, one or several places). A statement without a span
 comes as it is (matched by subject, predicate and object). Only the retractions asked
-for count, not those carried from them (reason "carried over from statement N"), so a
+for count (and the requests by hand of a statement a carried retraction had taken,
+donto.retraction_request), not those carried from them (reason "carried over from
+statement N"), so a
 forgotten span is mapped from the text it was forgotten in, once, and does not widen at
 every edit; and only those asked by a login that may add to the document now
-(donto._login_writes_document: the owner, the document's login, a member of it): a
-writer who registered the start of a text first and retracted it cannot hide the text of
-the owner, who took the document by loading it. P_AS_OF (null: now): only the
-retractions made by then.
+(donto._login_writes_document: the owner, the document's login, a member of it) or that
+was its writer when it asked (donto._forgot_then: for the revisions that existed then,
+and for later ones unless the owner took the document since; give_document hands the
+forgetting on): a writer who registered the start of a text first and retracted it cannot
+hide the text of the owner, who took the document by loading it. P_AS_OF (null: now):
+only the retractions made by then.
 P_CONTEXT_ID null: the forgotten WORDS of the document (migration 034): the recall chunks
 (mem:episodic/chunk) retracted by hand in any context of the document, P_REVISION_ID's own
 included, as spans of P_REVISION_ID (donto._forgotten_text, donto._forget_in). For
@@ -9314,21 +9619,28 @@ donto._carry_retractions and donto._reconcile_claims (with a context).
             o.char_start is null or o.derived_from_revision in (
                 select l.rev from donto.revision_lineage(p_revision_id) as l (rev)
             ) as same_place
-        from donto.retraction as r
+        from (
+            select h.statement_id, h.reason, h.login_role, h.tx_from
+            from donto.retraction as h
+            where h.by_hand and h.reason not like 'carried over from statement %'
+            union all  -- asked by hand of a statement a carried retraction had taken
+            select q.statement_id, q.reason, q.login_role, q.tx_from
+            from donto.retraction_request as q
+        ) as r
         inner join donto.statement as o on r.statement_id = o.statement_id
-        where r.by_hand
-              and case when p_context_id is null
+        inner join donto.revision as n on n.revision_id = p_revision_id
+        inner join donto.context as oc on o.context_id = oc.context_id
+        where case when p_context_id is null
                        then o.predicate = 'mem:episodic/chunk' and o.char_start is not null
-                            and o.document_id = (select n.document_id from donto.revision as n
-                                                 where n.revision_id = p_revision_id)
+                            and o.document_id = n.document_id
+                            -- an A/B arm's unit is a measurement, not the document's memory
+                            and oc.iri not like 'ctx:measure/%'
                        else o.context_id = p_context_id
                             and o.derived_from_revision <> p_revision_id end
-              and r.reason not like 'carried over from statement %'
               and (p_as_of is null or r.tx_from <= p_as_of)
-              and donto._login_writes_document(
-                  r.login_role,
-                  (select n.document_id from donto.revision as n
-                   where n.revision_id = p_revision_id))
+              and (donto._login_writes_document(r.login_role, n.document_id)
+                   or donto._forgot_then(r.login_role, r.tx_from, n.document_id,
+                                         p_revision_id))
     ),
     moved as (
         select
@@ -9419,20 +9731,29 @@ summaries. Reason "carried over from statement N: <reason>", by hand, in the nam
 asked (so donto._forgotten_spans does not take them for forgotten text of their own and the
 area does not widen). Called by donto.retract (the revisions of the document) and by the
 trigger donto._forget_new_statements (what is filed later: a grown or changed text's
-projections, claims extracted afterwards). Returns the count.
+projections, claims extracted afterwards). Claims and the LLM's standing statements go by
+their block too, span or none (an unquoted hypothesis, an object that repeats the words
+beside a quote from elsewhere in the block): every one of them made from a prompt that
+held the words, a block overlapping them extracted before they were forgotten; one
+extracted afterwards came from a clipped prompt (the prompt renderer, sql/070) and goes by
+its own span only (donto.ingest_extraction calls this for its answer's claims once they
+are filed, so an answer to a prompt rendered before a forgetting that was ingested after
+it goes too). Returns the count.
 */
     with gone as materialized (
-        select f.statement_id, f.char_start, f.char_end, f.reason, f.login_role
+        select f.statement_id, f.char_start, f.char_end, f.reason, f.login_role,
+               coalesce(q.tx_from, r.tx_from) as tx_from  -- when it was asked
         from donto._forgotten_spans(null, p_revision_id, null) as f
+        inner join donto.retraction as r on f.statement_id = r.statement_id
+        left join donto.retraction_request as q
+            on f.statement_id = q.statement_id
+               and r.reason like 'carried over from statement %'
         where f.char_start < f.char_end
     ),
-    carried as (
-        insert into donto.retraction (statement_id, reason, by_hand, login_role)
-        select distinct on (s.statement_id)
-            s.statement_id,
-            pg_catalog.format('carried over from statement %s: %s', g.statement_id, g.reason),
-            true,
-            g.login_role
+
+    -- the statements over the words
+    spans as (
+        select s.statement_id, g.statement_id as source, g.reason, g.login_role
         from gone as g
         inner join donto.statement as s
             on s.derived_from_revision = p_revision_id
@@ -9440,12 +9761,62 @@ projections, claims extracted afterwards). Returns the count.
         inner join donto.context as c on s.context_id = c.context_id
         where (p_ids is null or s.statement_id = any(p_ids))
               and c.iri not like 'ctx:measure/%'
-              and not exists (select 1 from donto.retraction as r2
-                              where r2.statement_id = s.statement_id)
-        order by s.statement_id, g.statement_id
+    ),
+
+    -- the answers to prompts that held the words: every claim of a block whose text (its
+    -- turns or its CONTEXT prefix) overlaps them, extracted before they were forgotten
+    -- (the block's lease taken, else the answer ingested, before the retraction: a prompt
+    -- rendered since is clipped, sql/070), and the LLM's standing
+    -- statements made of those claims. An A/B arm's blocks are measurements.
+    answered as (
+        select xc.statement_id as claim, g.statement_id as source, g.reason, g.login_role
+        from gone as g
+        inner join donto.extraction_block as b
+            on b.revision_id = p_revision_id
+               and ((b.char_start < g.char_end and g.char_start < b.char_end)
+                    or (b.prefix_start < g.char_end and g.char_start < b.prefix_end))
+        inner join donto.projection as p on b.projection_id = p.projection_id
+        inner join donto.extraction_response as x on b.block_id = x.block_id
+        inner join donto.x_claim as xc on x.response_id = xc.response_id
+        where p.strategy not like 'ab/%'
+              and coalesce(
+                  (select pg_catalog.max(l.at) from donto.extraction_lease as l
+                   where l.run_id = x.run_id and l.block_id = x.block_id and l.taken),
+                  x.received_at) < g.tx_from
+    ),
+
+    blocks as (
+        select a.claim as statement_id, a.source, a.reason, a.login_role from answered as a
+        union all
+        select xs.statement_id, a.source, a.reason, a.login_role
+        from answered as a
+        inner join donto.x_standing as xs
+            on xs.revision_id = p_revision_id and xs.detector = 'llm-v1'
+        inner join donto.statement as ss
+            on xs.statement_id = ss.statement_id
+               and ss.object_lit ->> 'claim' = a.claim::text
+    ),
+
+    carried as (
+        insert into donto.retraction (statement_id, reason, by_hand, login_role)
+        select distinct on (t.statement_id)
+            t.statement_id,
+            pg_catalog.format('carried over from statement %s: %s', t.source, t.reason),
+            true,
+            t.login_role
+        from (
+            select * from spans
+            union all
+            select k.* from blocks as k
+            where p_ids is null or k.statement_id = any(p_ids)
+        ) as t
+        where not exists (select 1 from donto.retraction as r2
+                          where r2.statement_id = t.statement_id)
+        order by t.statement_id, t.source
         on conflict do nothing
         returning 1
     )
+
     select pg_catalog.count(*)::integer from carried;
 $$;
 
@@ -9453,6 +9824,35 @@ comment on function donto._forget_in(bigint, bigint[]) is
 'Retract the statements of a revision (of P_IDS, or all) that overlap its forgotten words '
 '(recall chunks retracted by hand, mapped to it), every context but A/B measures; returns '
 'the count.';
+
+create or replace function donto._lock_forgetting(p_document_id bigint)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Forgetting and filing wait for each other (donto.retract of a recall chunk takes it before
+its retraction and donto._forget_in): the document's row locked FOR UPDATE, which conflicts
+with the FOR KEY SHARE that the foreign key of donto.statement.document_id takes on it at
+every insert (its check runs before the statement trigger donto._forget_new_statements).
+So a forgetting waits for the transactions that are filing statements of the document to
+commit, and its queries then see their rows (READ COMMITTED: each a new snapshot); and a
+statement filed while it is in progress waits for it, and the trigger then sees its
+retraction. A row lock fires no trigger (I3's refuse only UPDATE, DELETE, TRUNCATE); it
+needs UPDATE on a column, which the owner has (sql/090-roles.sql). A REPEATABLE READ or
+SERIALIZABLE transaction whose snapshot was taken before the other committed does not see
+it (README: "Forgetting is about text").
+*/
+begin
+    perform 1 from donto.document as d where d.document_id = p_document_id for update;
+end;
+$$;
+
+comment on function donto._lock_forgetting(bigint) is
+'Lock a document''s row FOR UPDATE for this transaction: a forgetting waits for the '
+'filings in progress there (their FOR KEY SHARE) and later filings wait for it.';
 
 create or replace function donto._forget_new_statements()
 returns trigger
@@ -11333,6 +11733,10 @@ begin
     execute 'revoke update, delete, truncate on all tables in schema donto from ' || v_owner;
     execute 'grant update, delete, truncate on donto.setting to ' || v_owner;
     execute 'grant update on donto.writer_lock to ' || v_owner;
+    -- A row lock, not an update: donto.retract of a recall chunk locks the document's row
+    -- FOR UPDATE (donto._lock_forgetting), which needs UPDATE on a column; I3's trigger
+    -- still refuses every UPDATE statement there.
+    execute 'grant update (document_id) on donto.document to ' || v_owner;
 end;
 $$;
 
@@ -11352,6 +11756,7 @@ from donto_writer;
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
 revoke execute on function donto._lock(text, bigint) from donto_writer;
 revoke execute on function donto._lock_document(bigint) from donto_writer;
+revoke execute on function donto._lock_forgetting(bigint) from donto_writer;
 revoke execute on function donto._lock_extraction_lease(bigint) from donto_writer;
 -- ensure_context files a context name as the owner and checks nothing: only the definers
 -- call it, after their checks (donto._claim_context). A writer calling it could file the

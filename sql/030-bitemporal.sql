@@ -21,7 +21,9 @@ as $$
    other projections, session summaries), is retracted with it, "carried over from
    statement N: <reason>" (donto._forget_in; what is filed over them later is retracted by
    the trigger donto._forget_new_statements), and recall clips them out of what it reads
-   around a hit (donto._forgotten_text). */
+   around a hit (donto._forgotten_text). A statement already retracted, carried over from
+   forgotten words, that is retracted by hand keeps that retraction; the request is recorded
+   (donto.retraction_request, the first one) and carried like a retraction by hand. */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
@@ -30,6 +32,7 @@ declare
     v_measure boolean;
     v_chunk boolean;
     v_rev bigint;
+    v_asked boolean;
 begin
     select s.document_id, s.login_role, c.iri like 'ctx:measure/%',
            s.predicate = 'mem:episodic/chunk' and s.char_start is not null
@@ -49,10 +52,26 @@ begin
     if reason is null or btrim(reason) = '' then
         raise exception 'donto.retract: a reason is required' using errcode = '22023';
     end if;
+    if v_chunk and not v_measure then
+        -- wait for the filings in progress in the document, and make later ones wait
+        perform donto._lock_forgetting(v_doc);
+    end if;
     insert into donto.retraction (statement_id, reason, by_hand) values (v_sid, reason, true)
     on conflict on constraint retraction_statement_id_key do nothing
     returning retraction_id into v_id;
-    if v_id is not null and v_chunk and not v_measure then
+    v_asked := v_id is not null;
+    if not v_asked then
+        -- already retracted, carried over from forgotten words: the request stands on its
+        -- own (carried onto later texts like a retraction by hand, donto._forgotten_spans)
+        insert into donto.retraction_request (statement_id, retraction_id, reason)
+        select r.statement_id, r.retraction_id, retract.reason
+        from donto.retraction as r
+        where r.statement_id = v_sid and r.by_hand
+              and r.reason like 'carried over from statement %'
+        on conflict on constraint retraction_request_statement_id_key do nothing;
+        v_asked := found;
+    end if;
+    if v_asked and v_chunk and not v_measure then
         -- Forgetting is about text: the words of this chunk, wherever they stand in the
         -- document's revisions (donto._forgotten_spans maps them), leave every statement.
         for v_rev in

@@ -425,7 +425,8 @@ $py$;
 comment on function donto.render_for_extraction(bigint, bigint) is
 'The ONLY path to a prompt: the block as inert data (utterances as one-line JSON objects with '
 'turn id, role and date; the prefix as CONTEXT ONLY) between a preamble and a closing reminder '
-'of the task and output schema, from the template in donto.prompt_template.';
+'of the task and output schema, from the template in donto.prompt_template. Forgotten words '
+'(donto._forgotten_text) are clipped out; a block of forgotten words only is refused (55000).';
 
 -- -- anchoring and parsing --------------------------------------------------------------
 
@@ -675,6 +676,34 @@ $$;
 comment on function donto.record_extraction_event(bigint, text, jsonb) is
 'Append a status event to an extraction run (a status change is a new row).';
 
+create or replace function donto._forgotten_now(p_revision_id bigint)
+returns int4multirange
+language plpgsql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/* The words of revision P_REVISION_ID forgotten now (donto._forgotten_text, sql/085), or
+   null when nothing of its document was ever forgotten (one probe). For
+   donto.pending_extraction_blocks. */
+begin
+    if not exists (
+        select 1 from donto.retraction as r
+        inner join donto.statement as o on r.statement_id = o.statement_id
+        inner join donto.revision as v on o.document_id = v.document_id
+        where r.by_hand and v.revision_id = p_revision_id
+              and o.predicate = 'mem:episodic/chunk'
+    ) then
+        return null;
+    end if;
+    return donto._forgotten_text(p_revision_id, null);
+end;
+$$;
+
+comment on function donto._forgotten_now(bigint) is
+'The forgotten words of a revision now (donto._forgotten_text), or null when nothing of its '
+'document was forgotten.';
+
 create or replace function donto.pending_extraction_blocks(
     run_id bigint, revision_ids bigint[] default null, max_blocks integer default null
 )
@@ -702,6 +731,9 @@ Nor is a superseded block, one that a later revision of its document stands for:
   block's text.
 A revision asked for alone (REVISION_IDS names no other revision of its document)
 lists all its blocks: extracting an earlier revision on purpose stays possible.
+Nor is a block whose utterances are all forgotten words (recall chunks retracted by hand,
+donto._forgotten_text): its prompt would hold nothing (the prompt renderer clips
+them out). It stays unextracted; a run that has only such blocks left is complete.
 */
     with run as materialized (
         select r.params from donto.extraction_run as r where r.run_id = $1
@@ -734,6 +766,7 @@ lists all its blocks: extracting an earlier revision on purpose stays possible.
             ) as later_selected,
             case when l.rev > proj.revision_id then l.rev end as latest,
             l.rev = any(proj.lineage) as latest_extends,
+            donto._forgotten_now(proj.revision_id) as forgotten,
             (select lp.projection_id
              from run
              inner join donto.projection as lp
@@ -763,6 +796,13 @@ lists all its blocks: extracting an earlier revision on purpose stays possible.
               and d.prefix_start is not distinct from b.prefix_start
               and d.prefix_end is not distinct from b.prefix_end
     )
+    -- a block whose utterances are all forgotten words is not sent (the prompt renderer
+    -- clips them out of a prompt; nothing would be left)
+    and not coalesce(
+        (select pg_catalog.range_agg(pg_catalog.int4range((t.p ->> 'char_start')::integer,
+                                                          (t.p ->> 'char_end')::integer))
+         from pg_catalog.jsonb_array_elements(b.turns) as t (p)) <@ h.forgotten,
+        false)
     and (
         h.alone
         or not (
@@ -1466,6 +1506,27 @@ begin
     end if;
     -- Standing claims that stayed current facts join standing memory (sql/086-standing.sql).
     perform donto._standing_from_claims(v_resp);
+    -- Forgetting is about text: the answer to a prompt rendered before words of its block
+    -- were forgotten goes whole, claims and the standing statements made of them
+    -- (donto._forget_in; the trigger on donto.statement saw the claims before they were
+    -- a block's). Only when anything of the document was forgotten.
+    if v_arm is null and exists (
+        select 1 from donto.retraction as r
+        inner join donto.statement as o on r.statement_id = o.statement_id
+        where r.by_hand and o.document_id = v_doc and o.predicate = 'mem:episodic/chunk'
+    ) then
+        perform donto._forget_in(
+            v_b.revision_id,
+            array(select xc.statement_id from donto.x_claim as xc
+                  where xc.response_id = v_resp
+                  union all
+                  select xs.statement_id from donto.x_standing as xs
+                  inner join donto.statement as ss on xs.statement_id = ss.statement_id
+                  inner join donto.x_claim as xc
+                      on ss.object_lit ->> 'claim' = xc.statement_id::text
+                  where xs.revision_id = v_b.revision_id and xs.detector = 'llm-v1'
+                        and xc.response_id = v_resp));
+    end if;
 
     return v_summary;
 end;

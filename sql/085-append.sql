@@ -764,6 +764,72 @@ comment on function donto._spans_in(bigint, bigint, integer[], integer[]) is
 'P_NEW, a changed text of the same conversation: rows (i from 1, start, end); none, one or '
 'several per span (donto_pg.core.spans).';
 
+create or replace function donto._forgot_then(
+    p_login text, p_at timestamptz, p_document_id bigint, p_revision_id bigint
+)
+returns boolean
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether a retraction by hand that login P_LOGIN made at P_AT in document P_DOCUMENT_ID
+still counts for revision P_REVISION_ID although the login may not add to the document now
+(donto._forgotten_spans asks this only then): it was the document's writer then (the
+document's login at P_AT, by the grants made by then, else its first registrant; or a
+member of that login, both bound), and either the revision existed then (what the
+document's writer asked stands for the texts it asked about, whoever has the document
+later) or the owner has not taken the document since (a grant to a login that counts as
+the owner's, made from P_AT on and by the time the revision was registered: the owner's
+load of a text a writer registered first, donto.register_revision, or the owner giving it
+to itself). A give_document to another login hands the forgetting on with the document:
+the new writer's later revisions stay forgotten. The squatter case: a writer who
+registered the start of the owner's text and retracted it hides nothing of the owner's
+load, which took the document. Never null.
+*/
+    with w as (
+        select coalesce(
+            (select g.login_role from donto.document_grant as g
+             where g.document_id = p_document_id and g.granted_at <= p_at
+             order by g.grant_id desc limit 1),
+            (select r.login_role from donto.revision as r
+             where r.document_id = p_document_id order by r.revision_id limit 1)) as login
+    ),
+
+    rv as (
+        select r.registered_at from donto.revision as r where r.revision_id = p_revision_id
+    )
+
+    select coalesce(
+        (select w.login = p_login
+                or coalesce((select pg_catalog.pg_has_role(l.oid, o.oid, 'MEMBER')
+                                    and donto._login_bound(l.rolname)
+                                    and donto._login_bound(o.rolname)
+                             from pg_catalog.pg_roles as l
+                             cross join pg_catalog.pg_roles as o
+                             where l.rolname = p_login and o.rolname = w.login), false)
+         from w)
+        and (
+            (select rv.registered_at <= p_at from rv)
+            or not exists (
+                select 1 from donto.document_grant as g
+                cross join rv
+                where g.document_id = p_document_id
+                      and g.granted_at >= p_at and g.granted_at <= rv.registered_at
+                      and g.login_role is distinct from p_login
+                      and donto._owners_login(g.login_role)
+            )
+        ),
+        false
+    );
+$$;
+
+comment on function donto._forgot_then(text, timestamptz, bigint, bigint) is
+'Whether a retraction by hand a login made at a time still counts for a revision of the '
+'document: the login was its writer then, and the revision existed then or the owner has '
+'not taken the document since (give_document hands the forgetting on). Stable.';
+
 create or replace function donto._forgotten_spans(
     p_context_id bigint, p_revision_id bigint, p_as_of timestamptz
 )
@@ -784,13 +850,17 @@ revision outside it (the conversation changed) has them where their text stands 
 P_REVISION_ID (donto._spans_in: in place before the edit, shifted after it, and in
 between as a line diff maps it: none, one or several places). A statement without a span
 comes as it is (matched by subject, predicate and object). Only the retractions asked
-for count, not those carried from them (reason "carried over from statement N"), so a
+for count (and the requests by hand of a statement a carried retraction had taken,
+donto.retraction_request), not those carried from them (reason "carried over from
+statement N"), so a
 forgotten span is mapped from the text it was forgotten in, once, and does not widen at
 every edit; and only those asked by a login that may add to the document now
-(donto._login_writes_document: the owner, the document's login, a member of it): a
-writer who registered the start of a text first and retracted it cannot hide the text of
-the owner, who took the document by loading it. P_AS_OF (null: now): only the
-retractions made by then.
+(donto._login_writes_document: the owner, the document's login, a member of it) or that
+was its writer when it asked (donto._forgot_then: for the revisions that existed then,
+and for later ones unless the owner took the document since; give_document hands the
+forgetting on): a writer who registered the start of a text first and retracted it cannot
+hide the text of the owner, who took the document by loading it. P_AS_OF (null: now):
+only the retractions made by then.
 P_CONTEXT_ID null: the forgotten WORDS of the document (migration 034): the recall chunks
 (mem:episodic/chunk) retracted by hand in any context of the document, P_REVISION_ID's own
 included, as spans of P_REVISION_ID (donto._forgotten_text, donto._forget_in). For
@@ -803,21 +873,28 @@ donto._carry_retractions and donto._reconcile_claims (with a context).
             o.char_start is null or o.derived_from_revision in (
                 select l.rev from donto.revision_lineage(p_revision_id) as l (rev)
             ) as same_place
-        from donto.retraction as r
+        from (
+            select h.statement_id, h.reason, h.login_role, h.tx_from
+            from donto.retraction as h
+            where h.by_hand and h.reason not like 'carried over from statement %'
+            union all  -- asked by hand of a statement a carried retraction had taken
+            select q.statement_id, q.reason, q.login_role, q.tx_from
+            from donto.retraction_request as q
+        ) as r
         inner join donto.statement as o on r.statement_id = o.statement_id
-        where r.by_hand
-              and case when p_context_id is null
+        inner join donto.revision as n on n.revision_id = p_revision_id
+        inner join donto.context as oc on o.context_id = oc.context_id
+        where case when p_context_id is null
                        then o.predicate = 'mem:episodic/chunk' and o.char_start is not null
-                            and o.document_id = (select n.document_id from donto.revision as n
-                                                 where n.revision_id = p_revision_id)
+                            and o.document_id = n.document_id
+                            -- an A/B arm's unit is a measurement, not the document's memory
+                            and oc.iri not like 'ctx:measure/%'
                        else o.context_id = p_context_id
                             and o.derived_from_revision <> p_revision_id end
-              and r.reason not like 'carried over from statement %'
               and (p_as_of is null or r.tx_from <= p_as_of)
-              and donto._login_writes_document(
-                  r.login_role,
-                  (select n.document_id from donto.revision as n
-                   where n.revision_id = p_revision_id))
+              and (donto._login_writes_document(r.login_role, n.document_id)
+                   or donto._forgot_then(r.login_role, r.tx_from, n.document_id,
+                                         p_revision_id))
     ),
     moved as (
         select
@@ -908,20 +985,29 @@ summaries. Reason "carried over from statement N: <reason>", by hand, in the nam
 asked (so donto._forgotten_spans does not take them for forgotten text of their own and the
 area does not widen). Called by donto.retract (the revisions of the document) and by the
 trigger donto._forget_new_statements (what is filed later: a grown or changed text's
-projections, claims extracted afterwards). Returns the count.
+projections, claims extracted afterwards). Claims and the LLM's standing statements go by
+their block too, span or none (an unquoted hypothesis, an object that repeats the words
+beside a quote from elsewhere in the block): every one of them made from a prompt that
+held the words, a block overlapping them extracted before they were forgotten; one
+extracted afterwards came from a clipped prompt (the prompt renderer, sql/070) and goes by
+its own span only (donto.ingest_extraction calls this for its answer's claims once they
+are filed, so an answer to a prompt rendered before a forgetting that was ingested after
+it goes too). Returns the count.
 */
     with gone as materialized (
-        select f.statement_id, f.char_start, f.char_end, f.reason, f.login_role
+        select f.statement_id, f.char_start, f.char_end, f.reason, f.login_role,
+               coalesce(q.tx_from, r.tx_from) as tx_from  -- when it was asked
         from donto._forgotten_spans(null, p_revision_id, null) as f
+        inner join donto.retraction as r on f.statement_id = r.statement_id
+        left join donto.retraction_request as q
+            on f.statement_id = q.statement_id
+               and r.reason like 'carried over from statement %'
         where f.char_start < f.char_end
     ),
-    carried as (
-        insert into donto.retraction (statement_id, reason, by_hand, login_role)
-        select distinct on (s.statement_id)
-            s.statement_id,
-            pg_catalog.format('carried over from statement %s: %s', g.statement_id, g.reason),
-            true,
-            g.login_role
+
+    -- the statements over the words
+    spans as (
+        select s.statement_id, g.statement_id as source, g.reason, g.login_role
         from gone as g
         inner join donto.statement as s
             on s.derived_from_revision = p_revision_id
@@ -929,12 +1015,62 @@ projections, claims extracted afterwards). Returns the count.
         inner join donto.context as c on s.context_id = c.context_id
         where (p_ids is null or s.statement_id = any(p_ids))
               and c.iri not like 'ctx:measure/%'
-              and not exists (select 1 from donto.retraction as r2
-                              where r2.statement_id = s.statement_id)
-        order by s.statement_id, g.statement_id
+    ),
+
+    -- the answers to prompts that held the words: every claim of a block whose text (its
+    -- turns or its CONTEXT prefix) overlaps them, extracted before they were forgotten
+    -- (the block's lease taken, else the answer ingested, before the retraction: a prompt
+    -- rendered since is clipped, sql/070), and the LLM's standing
+    -- statements made of those claims. An A/B arm's blocks are measurements.
+    answered as (
+        select xc.statement_id as claim, g.statement_id as source, g.reason, g.login_role
+        from gone as g
+        inner join donto.extraction_block as b
+            on b.revision_id = p_revision_id
+               and ((b.char_start < g.char_end and g.char_start < b.char_end)
+                    or (b.prefix_start < g.char_end and g.char_start < b.prefix_end))
+        inner join donto.projection as p on b.projection_id = p.projection_id
+        inner join donto.extraction_response as x on b.block_id = x.block_id
+        inner join donto.x_claim as xc on x.response_id = xc.response_id
+        where p.strategy not like 'ab/%'
+              and coalesce(
+                  (select pg_catalog.max(l.at) from donto.extraction_lease as l
+                   where l.run_id = x.run_id and l.block_id = x.block_id and l.taken),
+                  x.received_at) < g.tx_from
+    ),
+
+    blocks as (
+        select a.claim as statement_id, a.source, a.reason, a.login_role from answered as a
+        union all
+        select xs.statement_id, a.source, a.reason, a.login_role
+        from answered as a
+        inner join donto.x_standing as xs
+            on xs.revision_id = p_revision_id and xs.detector = 'llm-v1'
+        inner join donto.statement as ss
+            on xs.statement_id = ss.statement_id
+               and ss.object_lit ->> 'claim' = a.claim::text
+    ),
+
+    carried as (
+        insert into donto.retraction (statement_id, reason, by_hand, login_role)
+        select distinct on (t.statement_id)
+            t.statement_id,
+            pg_catalog.format('carried over from statement %s: %s', t.source, t.reason),
+            true,
+            t.login_role
+        from (
+            select * from spans
+            union all
+            select k.* from blocks as k
+            where p_ids is null or k.statement_id = any(p_ids)
+        ) as t
+        where not exists (select 1 from donto.retraction as r2
+                          where r2.statement_id = t.statement_id)
+        order by t.statement_id, t.source
         on conflict do nothing
         returning 1
     )
+
     select pg_catalog.count(*)::integer from carried;
 $$;
 
@@ -942,6 +1078,35 @@ comment on function donto._forget_in(bigint, bigint[]) is
 'Retract the statements of a revision (of P_IDS, or all) that overlap its forgotten words '
 '(recall chunks retracted by hand, mapped to it), every context but A/B measures; returns '
 'the count.';
+
+create or replace function donto._lock_forgetting(p_document_id bigint)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Forgetting and filing wait for each other (donto.retract of a recall chunk takes it before
+its retraction and donto._forget_in): the document's row locked FOR UPDATE, which conflicts
+with the FOR KEY SHARE that the foreign key of donto.statement.document_id takes on it at
+every insert (its check runs before the statement trigger donto._forget_new_statements).
+So a forgetting waits for the transactions that are filing statements of the document to
+commit, and its queries then see their rows (READ COMMITTED: each a new snapshot); and a
+statement filed while it is in progress waits for it, and the trigger then sees its
+retraction. A row lock fires no trigger (I3's refuse only UPDATE, DELETE, TRUNCATE); it
+needs UPDATE on a column, which the owner has (sql/090-roles.sql). A REPEATABLE READ or
+SERIALIZABLE transaction whose snapshot was taken before the other committed does not see
+it (README: "Forgetting is about text").
+*/
+begin
+    perform 1 from donto.document as d where d.document_id = p_document_id for update;
+end;
+$$;
+
+comment on function donto._lock_forgetting(bigint) is
+'Lock a document''s row FOR UPDATE for this transaction: a forgetting waits for the '
+'filings in progress there (their FOR KEY SHARE) and later filings wait for it.';
 
 create or replace function donto._forget_new_statements()
 returns trigger

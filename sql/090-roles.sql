@@ -45,6 +45,10 @@ begin
     execute 'revoke update, delete, truncate on all tables in schema donto from ' || v_owner;
     execute 'grant update, delete, truncate on donto.setting to ' || v_owner;
     execute 'grant update on donto.writer_lock to ' || v_owner;
+    -- A row lock, not an update: donto.retract of a recall chunk locks the document's row
+    -- FOR UPDATE (donto._lock_forgetting), which needs UPDATE on a column; I3's trigger
+    -- still refuses every UPDATE statement there.
+    execute 'grant update (document_id) on donto.document to ' || v_owner;
 end;
 $$;
 
@@ -64,6 +68,7 @@ from donto_writer;
 revoke execute on function donto._trigger_every_table(text, text, text, text[]) from donto_writer;
 revoke execute on function donto._lock(text, bigint) from donto_writer;
 revoke execute on function donto._lock_document(bigint) from donto_writer;
+revoke execute on function donto._lock_forgetting(bigint) from donto_writer;
 revoke execute on function donto._lock_extraction_lease(bigint) from donto_writer;
 -- ensure_context files a context name as the owner and checks nothing: only the definers
 -- call it, after their checks (donto._claim_context). A writer calling it could file the

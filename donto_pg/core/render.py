@@ -367,3 +367,29 @@ def render_messages(
         {"role": "system", "content": template["system"]},
         {"role": "user", "content": render_block(block, template)},
     ]
+
+
+CLIP = " [...] "
+
+
+def clip_forgotten(text: str | None, start: int, end: int,
+                   gone: list[tuple[int, int]]) -> str | None:
+    """TEXT, the body's characters START..END, less the forgotten spans GONE (sorted
+    (start, end) pairs of the body): the pieces left joined by :data:`CLIP`; None when
+    nothing is left."""
+    if text is None:
+        return None
+    pieces = []
+    at = start
+    for s, e in gone:
+        if e <= at or s >= end:
+            continue
+        if s > at:
+            pieces.append(text[at - start:s - start])
+        at = max(at, e)
+    if at < end:
+        pieces.append(text[at - start:])
+    if len(pieces) == 1 and at == start:
+        return text
+    pieces = [p for p in pieces if p]
+    return CLIP.join(pieces) if pieces else None

@@ -124,10 +124,23 @@ def render_for_extraction(plpy, block_id: int, run_id: int | None) -> str:
         "with ordinality as x (s, e, i) where r.revision_id = $1 order by x.i",
         ["bigint", "integer[]", "integer[]"])
     texts = [r["t"] for r in plpy.execute(plan, [row["revision_id"], starts, ends])]
+    # Forgotten words (recall chunks retracted by hand, donto._forgotten_text) are clipped
+    # out, as recall's turn blocks clip them: an utterance keeps its other pieces joined by
+    # render.CLIP; one all forgotten is left out; a block whose utterances are all forgotten is
+    # not sent (donto.pending_extraction_blocks does not list it).
+    plan = plpy.prepare(
+        "select lower(x) as s, upper(x) as e "
+        "from unnest(donto._forgotten_text($1, null)) as x order by 1", ["bigint"])
+    gone = [(r["s"], r["e"]) for r in plpy.execute(plan, [row["revision_id"]])]
+    texts = [render.clip_forgotten(t, s, e, gone)
+             for t, s, e in zip(texts, starts, ends, strict=True)]
     turns = [{"turn_id": p.get("turn_id"), "role": p.get("role"), "date": p.get("date"),
-              "text": text} for p, text in zip(parts, texts, strict=False)]
+              "text": text} for p, text in zip(parts, texts, strict=False) if text is not None]
+    if not turns:
+        plpy.error(f"donto.render_for_extraction: block {block_id} holds only forgotten words "
+                   "(recall chunks retracted by hand): it is not sent", sqlstate="55000")
     prefix = None
-    if row["prefix_start"] is not None:
+    if row["prefix_start"] is not None and texts[-1] is not None:
         plan = plpy.prepare(
             "select turn_id, role, time_anchor::text as date from donto.turn "
             "where revision_id = $1 and seq = $2", ["bigint", "integer"])
