@@ -214,6 +214,7 @@ class Progress:
     failed: int = 0
     facts: int = 0
     taken_elsewhere: int = 0  # blocks another session of the run took or answered first
+    forgotten: int = 0  # blocks all of whose words were forgotten after they were listed
     elapsed_s: float = 0.0
     last: dict[str, Any] | None = None
 
@@ -232,6 +233,7 @@ def format_progress(p: Progress) -> str:
         f"degraded {p.degraded}  broken {p.broken}  injected {p.injected}  "
         f"failed {p.failed}  facts {p.facts}  {rate:.1f} blocks/s"
         + (f"  taken elsewhere {p.taken_elsewhere}" if p.taken_elsewhere else "")
+        + (f"  forgotten {p.forgotten}" if p.forgotten else "")
     )
 
 
@@ -297,7 +299,8 @@ def format_report(report: ExtractionReport) -> str:
         f"this session: {p.done} blocks in {p.elapsed_s:.1f} s - healthy {p.healthy}, "
         f"degraded {p.degraded}, broken {p.broken}, injected {p.injected}, failed {p.failed}, "
         f"facts {p.facts}"
-        + (f", taken by another session {p.taken_elsewhere}" if p.taken_elsewhere else ""))
+        + (f", taken by another session {p.taken_elsewhere}" if p.taken_elsewhere else "")
+        + (f", forgotten before it was sent {p.forgotten}" if p.forgotten else ""))
     if run:
         median = run.get("median_dialogue_anchor_rate")
         lines.append(
@@ -392,10 +395,17 @@ def _extract_one(
         if state != "taken":
             return {"taken_elsewhere": state, "block_id": block_id}
         held = True
-        prompt, system = conn.execute(
-            "select donto.render_for_extraction(%s, %s), t.system "
-            "from donto.extraction_template(%s, %s) as t",
-            (block_id, run_id, block_id, run_id)).fetchone()
+        try:
+            prompt, system = conn.execute(
+                "select donto.render_for_extraction(%s, %s), t.system "
+                "from donto.extraction_template(%s, %s) as t",
+                (block_id, run_id, block_id, run_id)).fetchone()
+        except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+            if "only forgotten words" not in str(exc):
+                raise
+            # forgotten (every word of it) after it was listed: nothing to send, ever
+            conn.rollback()
+            return {"forgotten": True, "block_id": block_id}
         conn.commit()
         completion = pool.complete([
             {"role": "system", "content": system},
@@ -705,6 +715,9 @@ def _loop(
                                    f"last: {exc}")
                             report.stopped, report.reason = "failed", why
                             _event(main, run_id, "failed", {"reason": why})
+                        continue
+                    if "forgotten" in summary:  # not sent, and never pending again
+                        progress.forgotten += 1
                         continue
                     if "taken_elsewhere" in summary:
                         elsewhere.add(block)
