@@ -4,14 +4,17 @@
 -- elsewhere in the block: the prompt had shown them to the model), nor the LLM's standing
 -- statements made of those claims; and a retraction stopped counting once the document was
 -- given to another login (donto.give_document), so words forgotten then came back. From now
--- on donto._forget_in retracts every claim of a block extracted before its words were
--- forgotten (the prompt held them; render_for_extraction clips them out of every prompt
--- since), and a retraction by the document's writer then keeps counting for the revisions
--- of that time, and for later ones unless the owner took the document since (sql/). This
--- carries the retractions made before: each recall chunk retracted by hand by the writer of
--- its document (now, or when it asked) takes the current claims, and the standing
--- statements made of them, of the blocks of its lineage (the same text at the same place)
--- whose text overlaps it and that were extracted before it, and the current statements over
+-- on a block that holds forgotten words is done with: donto._forget_in retracts every claim
+-- of an extraction block whose text overlaps them, whenever it was extracted (its prompt
+-- held them, or a worker may have rendered it while the forgetting waited), with the LLM's
+-- standing statements made of those claims, and donto.pending_extraction_blocks lists it no
+-- more; a retraction by the document's writer then keeps counting for the revisions of that
+-- time, and for later ones unless the owner took the document since (sql/), and
+-- donto.retract records that its login was the writer (writer_then), so a membership revoked
+-- later does not bring the words back. This carries the retractions made before: each recall
+-- chunk retracted by hand by the writer of its document (now, or when it asked) takes the
+-- current claims, and the standing statements made of them, of the blocks of its lineage
+-- (the same text at the same place) whose text overlaps it, and the current statements over
 -- it that a given-away document filed since, "carried over from statement N: <reason>", in
 -- the name of whoever asked. Nothing to do in a new database.
 --
@@ -48,6 +51,20 @@ comment on column donto.retraction_request.session_role is
 'The role that session had SET (null: none).';
 comment on column donto.retraction_request.backend_pid is 'The backend pid of that session.';
 comment on column donto.retraction_request.tx_from is 'When it was asked (transaction time).';
+
+-- Whether the login that asked could write the document at that moment (donto.retract sets
+-- it once its check passed, under the forgetting lock): a retraction so recorded keeps
+-- counting when the login's membership is revoked later (donto._forgotten_spans). Null:
+-- not recorded (before 035, or a measure statement retracted by its filer).
+alter table donto.retraction add column writer_then boolean;
+alter table donto.retraction_request add column writer_then boolean;
+
+comment on column donto.retraction.writer_then is
+'True when donto.retract found its login the document''s writer as it retracted (null: not '
+'recorded).';
+comment on column donto.retraction_request.writer_then is
+'True when donto.retract found its login the document''s writer as it asked (null: not '
+'recorded).';
 
 do $$
 begin
@@ -107,10 +124,6 @@ begin
                 inner join donto.extraction_response as x on b.block_id = x.block_id
                 inner join donto.x_claim as xc on x.response_id = xc.response_id
                 where p.strategy not like 'ab/%'
-                      and coalesce(
-                          (select pg_catalog.max(l.at) from donto.extraction_lease as l
-                           where l.run_id = x.run_id and l.block_id = x.block_id and l.taken),
-                          x.received_at) < t.tx_from
             ),
 
             over as (

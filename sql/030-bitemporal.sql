@@ -23,7 +23,10 @@ as $$
    the trigger donto._forget_new_statements), and recall clips them out of what it reads
    around a hit (donto._forgotten_text). A statement already retracted, carried over from
    forgotten words, that is retracted by hand keeps that retraction; the request is recorded
-   (donto.retraction_request, the first one) and carried like a retraction by hand. */
+   (donto.retraction_request, the first one) and carried like a retraction by hand. A
+   recall chunk's retraction checks the writer again once it holds the forgetting lock
+   (donto._lock_forgetting), and the row records that it was the writer then (writer_then):
+   a membership revoked later does not bring the words back. */
 declare
     v_id bigint;
     v_sid bigint := statement_id;
@@ -33,6 +36,7 @@ declare
     v_chunk boolean;
     v_rev bigint;
     v_asked boolean;
+    v_writer boolean;
 begin
     select s.document_id, s.login_role, c.iri like 'ctx:measure/%',
            s.predicate = 'mem:episodic/chunk' and s.char_start is not null
@@ -53,18 +57,25 @@ begin
         raise exception 'donto.retract: a reason is required' using errcode = '22023';
     end if;
     if v_chunk and not v_measure then
-        -- wait for the filings in progress in the document, and make later ones wait
+        -- wait for the filings in progress in the document, and make later ones wait; then
+        -- check the writer again: a give_document that committed meanwhile is seen
         perform donto._lock_forgetting(v_doc);
+        perform donto._check_document_writer(v_doc, 'donto.retract');
     end if;
-    insert into donto.retraction (statement_id, reason, by_hand) values (v_sid, reason, true)
+    -- the login was the document's writer as it retracted (recorded: a membership revoked
+    -- later does not undo it, donto._forgotten_spans); null on the measure path
+    v_writer := case when not (coalesce(v_filer = session_user, false) and v_measure)
+                     then true end;
+    insert into donto.retraction (statement_id, reason, by_hand, writer_then)
+    values (v_sid, reason, true, v_writer)
     on conflict on constraint retraction_statement_id_key do nothing
     returning retraction_id into v_id;
     v_asked := v_id is not null;
     if not v_asked then
         -- already retracted, carried over from forgotten words: the request stands on its
         -- own (carried onto later texts like a retraction by hand, donto._forgotten_spans)
-        insert into donto.retraction_request (statement_id, retraction_id, reason)
-        select r.statement_id, r.retraction_id, retract.reason
+        insert into donto.retraction_request (statement_id, retraction_id, reason, writer_then)
+        select r.statement_id, r.retraction_id, retract.reason, v_writer
         from donto.retraction as r
         where r.statement_id = v_sid and r.by_hand
               and r.reason like 'carried over from statement %'

@@ -731,9 +731,10 @@ Nor is a superseded block, one that a later revision of its document stands for:
   block's text.
 A revision asked for alone (REVISION_IDS names no other revision of its document)
 lists all its blocks: extracting an earlier revision on purpose stays possible.
-Nor is a block whose utterances are all forgotten words (recall chunks retracted by hand,
-donto._forgotten_text): its prompt would hold nothing (the prompt renderer clips
-them out). It stays unextracted; a run that has only such blocks left is complete.
+Nor is a block whose text (its utterances or its CONTEXT turn) overlaps forgotten words
+(recall chunks retracted by hand, donto._forgotten_text): its claims would be retracted
+as filed, whatever the model said (donto._forget_in: a block that holds forgotten words
+is done with). It stays unextracted; a run that has only such blocks left is complete.
 */
     with run as materialized (
         select r.params from donto.extraction_run as r where r.run_id = $1
@@ -796,12 +797,12 @@ them out). It stays unextracted; a run that has only such blocks left is complet
               and d.prefix_start is not distinct from b.prefix_start
               and d.prefix_end is not distinct from b.prefix_end
     )
-    -- a block whose utterances are all forgotten words is not sent (the prompt renderer
-    -- clips them out of a prompt; nothing would be left)
+    -- a block that holds forgotten words (its utterances or its CONTEXT turn) is not
+    -- sent: its claims would be retracted as filed (donto._forget_in)
     and not coalesce(
-        (select pg_catalog.range_agg(pg_catalog.int4range((t.p ->> 'char_start')::integer,
-                                                          (t.p ->> 'char_end')::integer))
-         from pg_catalog.jsonb_array_elements(b.turns) as t (p)) <@ h.forgotten,
+        h.forgotten && pg_catalog.int4range(b.char_start, b.char_end)
+        or (b.prefix_start is not null
+            and h.forgotten && pg_catalog.int4range(b.prefix_start, b.prefix_end)),
         false)
     and (
         h.alone
@@ -1506,10 +1507,10 @@ begin
     end if;
     -- Standing claims that stayed current facts join standing memory (sql/086-standing.sql).
     perform donto._standing_from_claims(v_resp);
-    -- Forgetting is about text: the answer to a prompt rendered before words of its block
-    -- were forgotten goes whole, claims and the standing statements made of them
-    -- (donto._forget_in; the trigger on donto.statement saw the claims before they were
-    -- a block's). Only when anything of the document was forgotten.
+    -- Forgetting is about text: the answer for a block that holds forgotten words goes
+    -- whole, claims and the standing statements made of them, whenever its prompt was
+    -- rendered (donto._forget_in; the trigger on donto.statement saw the claims before
+    -- they were a block's). Only when anything of the document was forgotten.
     if v_arm is null and exists (
         select 1 from donto.retraction as r
         inner join donto.statement as o on r.statement_id = o.statement_id

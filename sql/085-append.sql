@@ -764,6 +764,46 @@ comment on function donto._spans_in(bigint, bigint, integer[], integer[]) is
 'P_NEW, a changed text of the same conversation: rows (i from 1, start, end); none, one or '
 'several per span (donto_pg.core.spans).';
 
+create or replace function donto._not_taken_since(
+    p_login text, p_at timestamptz, p_document_id bigint, p_revision_id bigint
+)
+returns boolean
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Whether what login P_LOGIN forgot at P_AT in document P_DOCUMENT_ID, as its writer, still
+counts for revision P_REVISION_ID: the revision existed then (what the document's writer
+asked stands for the texts it asked about, whoever has the document later), or the owner
+has not taken the document since (a grant to a login that counts as the owner's, other
+than P_LOGIN, made from P_AT on and by the time the revision was registered: the owner's
+load of a text a writer registered first, or the owner giving it to itself). The squatter
+rule of donto._forgot_then and donto._forgotten_spans. Never null.
+*/
+    with rv as (
+        select r.registered_at from donto.revision as r where r.revision_id = p_revision_id
+    )
+
+    select coalesce(
+        (select rv.registered_at <= p_at from rv)
+        or not exists (
+            select 1 from donto.document_grant as g
+            cross join rv
+            where g.document_id = p_document_id
+                  and g.granted_at >= p_at and g.granted_at <= rv.registered_at
+                  and g.login_role is distinct from p_login
+                  and donto._owners_login(g.login_role)
+        ),
+        false
+    );
+$$;
+
+comment on function donto._not_taken_since(text, timestamptz, bigint, bigint) is
+'Whether a forgetting a writer made at a time still counts for a revision: the revision '
+'existed then, or the owner has not taken the document since. Stable.';
+
 create or replace function donto._forgot_then(
     p_login text, p_at timestamptz, p_document_id bigint, p_revision_id bigint
 )
@@ -795,10 +835,6 @@ load, which took the document. Never null.
              order by g.grant_id desc limit 1),
             (select r.login_role from donto.revision as r
              where r.document_id = p_document_id order by r.revision_id limit 1)) as login
-    ),
-
-    rv as (
-        select r.registered_at from donto.revision as r where r.revision_id = p_revision_id
     )
 
     select coalesce(
@@ -810,17 +846,7 @@ load, which took the document. Never null.
                              cross join pg_catalog.pg_roles as o
                              where l.rolname = p_login and o.rolname = w.login), false)
          from w)
-        and (
-            (select rv.registered_at <= p_at from rv)
-            or not exists (
-                select 1 from donto.document_grant as g
-                cross join rv
-                where g.document_id = p_document_id
-                      and g.granted_at >= p_at and g.granted_at <= rv.registered_at
-                      and g.login_role is distinct from p_login
-                      and donto._owners_login(g.login_role)
-            )
-        ),
+        and donto._not_taken_since(p_login, p_at, p_document_id, p_revision_id),
         false
     );
 $$;
@@ -856,8 +882,9 @@ statement N"), so a
 forgotten span is mapped from the text it was forgotten in, once, and does not widen at
 every edit; and only those asked by a login that may add to the document now
 (donto._login_writes_document: the owner, the document's login, a member of it) or that
-was its writer when it asked (donto._forgot_then: for the revisions that existed then,
-and for later ones unless the owner took the document since; give_document hands the
+was its writer when it asked (recorded by donto.retract, writer_then, else
+donto._forgot_then: for the revisions that existed then, and for later ones unless the
+owner took the document since, donto._not_taken_since; give_document hands the
 forgetting on): a writer who registered the start of a text first and retracted it cannot
 hide the text of the owner, who took the document by loading it. P_AS_OF (null: now):
 only the retractions made by then.
@@ -874,11 +901,11 @@ donto._carry_retractions and donto._reconcile_claims (with a context).
                 select l.rev from donto.revision_lineage(p_revision_id) as l (rev)
             ) as same_place
         from (
-            select h.statement_id, h.reason, h.login_role, h.tx_from
+            select h.statement_id, h.reason, h.login_role, h.tx_from, h.writer_then
             from donto.retraction as h
             where h.by_hand and h.reason not like 'carried over from statement %'
             union all  -- asked by hand of a statement a carried retraction had taken
-            select q.statement_id, q.reason, q.login_role, q.tx_from
+            select q.statement_id, q.reason, q.login_role, q.tx_from, q.writer_then
             from donto.retraction_request as q
         ) as r
         inner join donto.statement as o on r.statement_id = o.statement_id
@@ -893,8 +920,11 @@ donto._carry_retractions and donto._reconcile_claims (with a context).
                             and o.derived_from_revision <> p_revision_id end
               and (p_as_of is null or r.tx_from <= p_as_of)
               and (donto._login_writes_document(r.login_role, n.document_id)
-                   or donto._forgot_then(r.login_role, r.tx_from, n.document_id,
-                                         p_revision_id))
+                   or case when r.writer_then  -- recorded by donto.retract: no membership
+                           then donto._not_taken_since(r.login_role, r.tx_from,
+                                                       n.document_id, p_revision_id)
+                           else donto._forgot_then(r.login_role, r.tx_from, n.document_id,
+                                                   p_revision_id) end)
     ),
     moved as (
         select
@@ -987,21 +1017,15 @@ area does not widen). Called by donto.retract (the revisions of the document) an
 trigger donto._forget_new_statements (what is filed later: a grown or changed text's
 projections, claims extracted afterwards). Claims and the LLM's standing statements go by
 their block too, span or none (an unquoted hypothesis, an object that repeats the words
-beside a quote from elsewhere in the block): every one of them made from a prompt that
-held the words, a block overlapping them extracted before they were forgotten; one
-extracted afterwards came from a clipped prompt (the prompt renderer, sql/070) and goes by
-its own span only (donto.ingest_extraction calls this for its answer's claims once they
-are filed, so an answer to a prompt rendered before a forgetting that was ingested after
-it goes too). Returns the count.
+beside a quote from elsewhere in the block): a block whose text overlaps forgotten words is
+done with, every claim of it whenever it was extracted (a prompt rendered before the
+forgetting, or while it waited for its lock, held the words; donto.ingest_extraction calls
+this for its answer's claims once they are filed, and donto.pending_extraction_blocks no
+longer lists such a block). Returns the count.
 */
     with gone as materialized (
-        select f.statement_id, f.char_start, f.char_end, f.reason, f.login_role,
-               coalesce(q.tx_from, r.tx_from) as tx_from  -- when it was asked
+        select f.statement_id, f.char_start, f.char_end, f.reason, f.login_role
         from donto._forgotten_spans(null, p_revision_id, null) as f
-        inner join donto.retraction as r on f.statement_id = r.statement_id
-        left join donto.retraction_request as q
-            on f.statement_id = q.statement_id
-               and r.reason like 'carried over from statement %'
         where f.char_start < f.char_end
     ),
 
@@ -1017,10 +1041,9 @@ it goes too). Returns the count.
               and c.iri not like 'ctx:measure/%'
     ),
 
-    -- the answers to prompts that held the words: every claim of a block whose text (its
-    -- turns or its CONTEXT prefix) overlaps them, extracted before they were forgotten
-    -- (the block's lease taken, else the answer ingested, before the retraction: a prompt
-    -- rendered since is clipped, sql/070), and the LLM's standing
+    -- a block that holds the words is done with: every claim of a block whose text (its
+    -- turns or its CONTEXT prefix) overlaps them, whenever it was extracted (no clock
+    -- tells whether its prompt was rendered before the forgetting), and the LLM's standing
     -- statements made of those claims. An A/B arm's blocks are measurements.
     answered as (
         select xc.statement_id as claim, g.statement_id as source, g.reason, g.login_role
@@ -1033,10 +1056,6 @@ it goes too). Returns the count.
         inner join donto.extraction_response as x on b.block_id = x.block_id
         inner join donto.x_claim as xc on x.response_id = xc.response_id
         where p.strategy not like 'ab/%'
-              and coalesce(
-                  (select pg_catalog.max(l.at) from donto.extraction_lease as l
-                   where l.run_id = x.run_id and l.block_id = x.block_id and l.taken),
-                  x.received_at) < g.tx_from
     ),
 
     blocks as (
@@ -1088,25 +1107,29 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 Forgetting and filing wait for each other (donto.retract of a recall chunk takes it before
-its retraction and donto._forget_in): the document's row locked FOR UPDATE, which conflicts
-with the FOR KEY SHARE that the foreign key of donto.statement.document_id takes on it at
-every insert (its check runs before the statement trigger donto._forget_new_statements).
-So a forgetting waits for the transactions that are filing statements of the document to
-commit, and its queries then see their rows (READ COMMITTED: each a new snapshot); and a
-statement filed while it is in progress waits for it, and the trigger then sees its
-retraction. A row lock fires no trigger (I3's refuse only UPDATE, DELETE, TRUNCATE); it
-needs UPDATE on a column, which the owner has (sql/090-roles.sql). A REPEATABLE READ or
+its retraction and donto._forget_in): the document's row locked FOR NO KEY UPDATE, which
+conflicts with the FOR SHARE that the trigger donto._forget_new_statements takes on the
+document rows of every insert of statements outside the A/B measure contexts (before it
+looks for forgotten words), and not with the FOR KEY SHARE of the foreign key of
+donto.statement.document_id: another writer measuring an A/B arm on the document's text
+does not hold a forgetting up. So a forgetting waits for the transactions that are filing
+statements of the document to commit, and its queries then see their rows (READ
+COMMITTED: each a new snapshot); and a statement filed while it is in progress waits for
+it, and the trigger then sees its retraction. A row lock fires no trigger (I3's refuse
+only UPDATE, DELETE, TRUNCATE); it needs UPDATE on a column, which the owner has
+(sql/090-roles.sql). A REPEATABLE READ or
 SERIALIZABLE transaction whose snapshot was taken before the other committed does not see
 it (README: "Forgetting is about text").
 */
 begin
-    perform 1 from donto.document as d where d.document_id = p_document_id for update;
+    perform 1 from donto.document as d where d.document_id = p_document_id for no key update;
 end;
 $$;
 
 comment on function donto._lock_forgetting(bigint) is
-'Lock a document''s row FOR UPDATE for this transaction: a forgetting waits for the '
-'filings in progress there (their FOR KEY SHARE) and later filings wait for it.';
+'Lock a document''s row FOR NO KEY UPDATE for this transaction: a forgetting waits for the '
+'filings in progress there (their FOR SHARE, donto._forget_new_statements) and later '
+'filings wait for it.';
 
 create or replace function donto._forget_new_statements()
 returns trigger
@@ -1119,12 +1142,23 @@ Statement trigger on donto.statement (AFTER INSERT, transition table new_rows): 
 filed over forgotten words is retracted at once (donto._forget_in), whichever projection
 filed it (the re-cut window of a grown text, a changed text's chunks and standing
 statements, claims extracted after the retraction, a session summary), so no statement
-ever shows a forgotten text, as_of any time. Costs one probe of the partial index of the
-retractions by hand when nothing was ever forgotten.
+ever shows a forgotten text, as_of any time. First it locks the document rows of the new
+statements outside the A/B measure contexts FOR SHARE, which waits for a forgetting in
+progress there (donto._lock_forgetting, FOR NO KEY UPDATE) and makes a later one wait for
+this transaction; only then does it look (a new snapshot: READ COMMITTED) for forgotten
+words, so a forgetting that committed while it waited is seen. Then it costs one probe of
+the partial index of the retractions by hand when nothing was ever forgotten.
 */
 declare
     v_rev bigint;
 begin
+    perform 1 from donto.document as d
+    where d.document_id in (
+        select n.document_id from new_rows as n
+        inner join donto.context as c on n.context_id = c.context_id
+        where c.iri not like 'ctx:measure/%')
+    order by d.document_id
+    for share of d;
     if not exists (select 1 from donto.retraction as r where r.by_hand) then
         return null;
     end if;

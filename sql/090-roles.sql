@@ -45,9 +45,10 @@ begin
     execute 'revoke update, delete, truncate on all tables in schema donto from ' || v_owner;
     execute 'grant update, delete, truncate on donto.setting to ' || v_owner;
     execute 'grant update on donto.writer_lock to ' || v_owner;
-    -- A row lock, not an update: donto.retract of a recall chunk locks the document's row
-    -- FOR UPDATE (donto._lock_forgetting), which needs UPDATE on a column; I3's trigger
-    -- still refuses every UPDATE statement there.
+    -- Row locks, not updates: donto.retract of a recall chunk locks the document's row
+    -- FOR NO KEY UPDATE (donto._lock_forgetting), a filing FOR SHARE
+    -- (donto._forget_new_statements); a locking clause needs UPDATE on a column; I3's
+    -- trigger still refuses every UPDATE statement there.
     execute 'grant update (document_id) on donto.document to ' || v_owner;
 end;
 $$;

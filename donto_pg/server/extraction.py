@@ -126,8 +126,9 @@ def render_for_extraction(plpy, block_id: int, run_id: int | None) -> str:
     texts = [r["t"] for r in plpy.execute(plan, [row["revision_id"], starts, ends])]
     # Forgotten words (recall chunks retracted by hand, donto._forgotten_text) are clipped
     # out, as recall's turn blocks clip them: an utterance keeps its other pieces joined by
-    # render.CLIP; one all forgotten is left out; a block whose utterances are all forgotten is
-    # not sent (donto.pending_extraction_blocks does not list it).
+    # render.CLIP; one all forgotten is left out (defence in depth: a block that holds
+    # forgotten words is not listed by donto.pending_extraction_blocks, and its claims are
+    # retracted as filed); a block whose utterances are all forgotten is refused.
     plan = plpy.prepare(
         "select lower(x) as s, upper(x) as e "
         "from unnest(donto._forgotten_text($1, null)) as x order by 1", ["bigint"])

@@ -105,8 +105,9 @@ def test_the_prompt_never_holds_forgotten_words_and_an_all_forgotten_block_is_no
     after = _texts(r, "select donto.render_for_extraction(%s, %s)", (block, run))[0]
     assert SECRET not in after
     assert "savings account" in after  # the rest of the turn: clipped, not dropped
-    assert block in _texts(a, "select block_id from donto.pending_extraction_blocks(%s)",
-                           (run,))
+    # a block that holds forgotten words is done with: not listed (its claims would go)
+    pending = _texts(a, "select block_id from donto.pending_extraction_blocks(%s)", (run,))
+    assert pending and block not in pending
 
     # a conversation of one chunk: forgetting it leaves its block nothing to send
     chat = [{"role": "user", "content": f"My bank PIN is {SECRET}.", "timestamp": "2024-05-01"},
@@ -125,7 +126,7 @@ def test_the_prompt_never_holds_forgotten_words_and_an_all_forgotten_block_is_no
     r.rollback()
 
 
-def test_the_claims_of_a_block_extracted_before_the_forgetting_go_with_it(db, logins):
+def test_the_claims_of_a_block_that_holds_forgotten_words_go_before_or_after(db, logins):
     _, _, a, r = _alice_and_reader(logins)
     rev = api.add_conversation(a, _long_turn_chat(), "chat:forget2/claims", embed=False)
     block = _pin_block(a, rev)
@@ -149,7 +150,8 @@ def test_the_claims_of_a_block_extracted_before_the_forgetting_go_with_it(db, lo
 
     _ingest(a, block, late, [HYPOTHESIS, ELSEWHERE])
     assert _current_pin_claims(r) == 0
-    # extracted afterwards, from a clipped prompt: its own span decides
+    # extracted afterwards, from a clipped prompt: the block is done with all the same,
+    # every claim goes (no clock tells which prompt a worker rendered)
     after = _run(a, "after")
     assert SECRET not in _texts(a, "select donto.render_for_extraction(%s, %s)",
                                 (block, after))[0]
@@ -157,14 +159,25 @@ def test_the_claims_of_a_block_extracted_before_the_forgetting_go_with_it(db, lo
     current = _texts(r, "select s.object_lit ->> 'v' from donto.x_claim x join "
                      "donto.statement_current s using (statement_id) where x.run_id = %s",
                      (after,))
-    assert current == ["noted"]
+    assert current == []
+    # the other blocks of the conversation keep their claims
+    other = _texts(a, "select block_id from donto.extraction_block where revision_id = %s "
+                   "and block_id <> %s order by seq", (rev, block))[0]
+    _ingest(a, other, after, [ELSEWHERE | {"object": "noted", "quote": None,
+                                           "hypothesis": True}])
+    assert _texts(r, "select s.object_lit ->> 'v' from donto.x_claim x join "
+                  "donto.statement_current s using (statement_id) where x.block_id = %s",
+                  (other,)) == ["noted"]
 
 
-def _waiting(conn, pid: int) -> bool:
+def _waiting(conn, pid: int, commit: bool = True) -> bool:
     for _ in range(100):
         row = conn.execute("select wait_event_type from pg_stat_activity where pid = %s",
                            (pid,)).fetchone()
-        conn.commit()
+        if commit:
+            conn.commit()
+        else:  # the activity snapshot is the transaction's: read it afresh
+            conn.execute("select pg_stat_clear_snapshot()")
         if row and row[0] == "Lock":
             return True
         time.sleep(0.05)
@@ -336,3 +349,174 @@ def test_a_block_forgotten_after_it_was_listed_is_skipped_not_an_interrupted_run
     assert report.stopped is None and report.ok, report.reason
     assert (report.progress.forgotten, report.progress.done, report.pending_after) == (1, 0, 0)
     assert "forgotten before it was sent 1" in extract.format_report(report)
+
+
+# -- found by a hostile review of the timestamp rule (forget-3) ---------------------------
+
+
+def test_a_prompt_rendered_while_the_forgetting_waited_loses_its_claims(db, logins):
+    """The forgetting waits on its lock (a filing in progress); meanwhile a worker takes
+    the lease and renders the unclipped prompt, after the forgetting's transaction began.
+    Its answer, ingested after the forgetting, goes whole: no clock decides."""
+    _, as_alice, a, r = _alice_and_reader(logins)
+    rev = api.add_conversation(a, _long_turn_chat(), "chat:forget3/race", embed=False)
+    block = _pin_block(a, rev)
+    chunk = _pin_chunk(a, rev)
+    run, other = _run(a, "race"), _run(a, "race-other")
+    filer, forgetter, worker = as_alice(), as_alice(), as_alice()
+    blocks = _texts(a, "select block_id from donto.extraction_block where revision_id = %s "
+                    "and block_id <> %s order by seq", (rev, block))
+    # a filing in progress: another run's claim for another block of the document (its
+    # FOR SHARE on the document's row, donto._forget_new_statements)
+    turn = _texts(a, "select (turns -> 0 ->> 'turn_id')::integer from donto.extraction_block "
+                  "where block_id = %s", (blocks[0],))[0]
+    _ingest(filer, blocks[0], other, [{"subject": "user", "predicate": "likes",
+                                       "object": "tea", "quote": None, "turn": turn,
+                                       "hypothesis": True}], commit=False)
+    assert filer.execute("select count(*) from donto.x_claim where run_id = %s",
+                         (other,)).fetchone()[0] == 1
+    failed: list[BaseException] = []
+
+    def go():
+        try:
+            forgetter.execute("select donto.retract(%s, 'forget my PIN')", (chunk,))
+            forgetter.commit()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    t = threading.Thread(target=go)
+    t.start()
+    assert _waiting(db, forgetter.info.backend_pid), failed
+    time.sleep(0.1)
+    assert _texts(worker, "select donto.take_extraction_block(%s, %s)", (run, block)) == [
+        "taken"]
+    prompt = worker.execute("select donto.render_for_extraction(%s, %s)",
+                            (block, run)).fetchone()[0]
+    worker.commit()
+    assert SECRET in prompt
+    filer.commit()
+    t.join(30)
+    assert not t.is_alive() and not failed, failed
+    _ingest(worker, block, run, [HYPOTHESIS])
+    assert _current_pin_claims(r) == 0
+
+
+def test_a_prompt_rendered_after_the_forgetting_began_loses_its_claims(db, logins):
+    """The forgetting's transaction began (its now() fixed) before the lease was taken."""
+    _, as_alice, a, r = _alice_and_reader(logins)
+    rev = api.add_conversation(a, _long_turn_chat(), "chat:forget3/began", embed=False)
+    block = _pin_block(a, rev)
+    chunk = _pin_chunk(a, rev)
+    run = _run(a, "began")
+    forgetter, worker = as_alice(), as_alice()
+    forgetter.execute("select 1")  # its transaction open: now() fixed
+    time.sleep(0.2)
+    assert _texts(worker, "select donto.take_extraction_block(%s, %s)", (run, block)) == [
+        "taken"]
+    prompt = worker.execute("select donto.render_for_extraction(%s, %s)",
+                            (block, run)).fetchone()[0]
+    worker.commit()
+    assert SECRET in prompt
+    forgetter.execute("select donto.retract(%s, 'forget my PIN')", (chunk,))
+    forgetter.commit()
+    _ingest(worker, block, run, [HYPOTHESIS])
+    assert _current_pin_claims(r) == 0
+
+
+def test_an_answer_without_a_lease_rendered_before_and_ingested_after_goes(db, logins):
+    _, _, a, r = _alice_and_reader(logins)
+    rev = api.add_conversation(a, _long_turn_chat(), "chat:forget3/nolease", embed=False)
+    block = _pin_block(a, rev)
+    chunk = _pin_chunk(a, rev)
+    run = _run(a, "nolease")
+    assert SECRET in _texts(a, "select donto.render_for_extraction(%s, %s)", (block, run))[0]
+    a.execute("select donto.retract(%s, 'forget my PIN')", (chunk,))
+    a.commit()
+    _ingest(a, block, run, [HYPOTHESIS])
+    assert _current_pin_claims(r) == 0
+
+
+def test_another_writers_open_measurement_does_not_hold_up_a_forgetting(db, logins):
+    """Bob projects an A/B arm over alice's revision (measure statements: the foreign key's
+    FOR KEY SHARE on her document's row) and leaves his transaction open; alice's
+    retraction of a recall chunk does not wait for him."""
+    _, _, a, _ = _alice_and_reader(logins)
+    _, as_bob = logins()
+    rev = api.add_conversation(a, _long_turn_chat(), "chat:forget3/measure", embed=False)
+    chunk = _pin_chunk(a, rev)
+    b = as_bob()
+    b.execute("select donto.ab_register_arm('tiny', 'fixed', '{\"window\": 600}')")
+    b.commit()
+    b.execute("select donto.ab_project_arm('tiny', %s)", (rev,))  # left open
+    try:
+        a.execute("set lock_timeout = '3s'")
+        a.execute("select donto.retract(%s, 'forget my PIN')", (chunk,))
+        a.commit()
+    finally:
+        b.rollback()
+    assert _texts(a, "select donto._forgotten_text(%s, null)::text", (rev,)) != ["{}"]
+
+
+def test_a_members_forgetting_survives_the_membership(db, logins):
+    """A login that is a member of the document's login (GRANT alice TO app) forgets; the
+    membership is revoked later: the words stay forgotten (recorded as it retracted)."""
+    alice, _, a, r = _alice_and_reader(logins)
+    app, as_app = logins()
+    db.execute(f"grant {alice} to {app}")
+    db.commit()
+    rev = api.add_conversation(a, _long_turn_chat(), "chat:forget3/member", embed=False)
+    chunk = _pin_chunk(a, rev)
+    p = as_app()
+    p.execute("select donto.retract(%s, 'forget my PIN')", (chunk,))
+    p.commit()
+    before = _texts(db, "select donto._forgotten_text(%s, null)::text", (rev,))
+    assert before != ["{}"]
+    db.execute(f"revoke {alice} from {app}")
+    db.commit()
+    assert _texts(db, "select donto._forgotten_text(%s, null)::text", (rev,)) == before
+    assert _texts(db, "select writer_then from donto.retraction where statement_id = %s",
+                  (chunk,)) == [True]
+
+
+def test_a_forgetting_checks_its_writer_once_it_holds_the_lock(db, logins):
+    """The forgetting waits on its lock (a filing in progress) while the owner gives the
+    document to another login (its transaction began first): once it holds the lock it
+    checks the writer again and is refused, not a success that hides nothing."""
+    _, as_alice, a, r = _alice_and_reader(logins)
+    bob, _ = logins()
+    iri = "chat:forget3/given"
+    rev = api.add_conversation(a, _long_turn_chat(), iri, embed=False)
+    block = _pin_block(a, rev)
+    chunk = _pin_chunk(a, rev)
+    run = _run(a, "given")
+    filer, forgetter = as_alice(), as_alice()
+    turn = _texts(a, "select (turns -> 0 ->> 'turn_id')::integer from donto.extraction_block "
+                  "where block_id = %s", (block,))[0]
+    db.execute("select 1")  # the owner's transaction begins first
+    time.sleep(0.1)
+    _ingest(filer, block, run, [{"subject": "user", "predicate": "likes", "object": "tea",
+                                 "quote": None, "turn": turn, "hypothesis": True}],
+            commit=False)
+    failed: list[BaseException] = []
+
+    def go():
+        try:
+            forgetter.execute("select donto.retract(%s, 'forget my PIN')", (chunk,))
+            forgetter.commit()
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            forgetter.rollback()
+            failed.append(exc)
+
+    t = threading.Thread(target=go)
+    t.start()
+    try:
+        assert _waiting(db, forgetter.info.backend_pid, commit=False)
+        db.execute("select donto.give_document(%s, %s)", (iri, bob))
+        db.commit()
+    finally:
+        filer.commit()
+        t.join(30)
+    assert not t.is_alive()
+    assert len(failed) == 1 and isinstance(failed[0], errors.InsufficientPrivilege), failed
+    assert _texts(db, "select count(*) from donto.retraction where statement_id = %s",
+                  (chunk,)) == [0]
