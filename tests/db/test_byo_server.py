@@ -51,7 +51,12 @@ def dba_cluster():
 
 
 def _connect(cluster: Cluster, dbname: str, **kw: object) -> psycopg.Connection:
-    return psycopg.connect(**{**cluster.conninfo(dbname), **kw})
+    """As donto by peer (conninfo requires no authentication exchange), or as another role
+    with its password."""
+    info = cluster.conninfo(dbname)
+    if "password" in kw:
+        info.pop("require_auth")
+    return psycopg.connect(**{**info, **kw})
 
 
 def _create_extension(conn: psycopg.Connection) -> None:
