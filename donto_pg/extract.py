@@ -214,7 +214,7 @@ class Progress:
     failed: int = 0
     facts: int = 0
     taken_elsewhere: int = 0  # blocks another session of the run took or answered first
-    forgotten: int = 0  # blocks all of whose words were forgotten after they were listed
+    forgotten: int = 0  # blocks that hold words forgotten after they were listed: not sent
     elapsed_s: float = 0.0
     last: dict[str, Any] | None = None
 
@@ -392,6 +392,8 @@ def _extract_one(
         state = conn.execute("select donto.take_extraction_block(%s, %s)",
                              (run_id, block_id)).fetchone()[0]
         conn.commit()
+        if state == "forgotten":  # forgotten words in it since the session listed it
+            return {"forgotten": True, "block_id": block_id}
         if state != "taken":
             return {"taken_elsewhere": state, "block_id": block_id}
         held = True

@@ -5986,7 +5986,9 @@ one run (two `donto-pg extract`, two API callers) do not both pay for it. Return
 - 'done': the run has a response for it (or the same span in a revision of its lineage)
   by now: nothing to ask;
 - 'elsewhere': another session connected now holds it (donto.extraction_block_holder):
-  skip it; that session answers for it.
+  skip it; that session answers for it;
+- 'forgotten': it holds words forgotten since it was listed (a recall chunk retracted by
+  hand): skip it, as donto.pending_extraction_blocks now does.
 A lease is a row (donto.extraction_lease), not a lock: nothing stays open during the call.
 It counts while the backend that took it is connected, so a session that crashed or was
 killed leaves nothing held, and a block taken again by the session holding it is its own.
@@ -6011,6 +6013,18 @@ begin
     if donto._extraction_block_done(v_run, v_block) then
         return 'done';
     end if;
+    -- forgotten words in it by now (after the session listed it): not sent, as
+    -- donto.pending_extraction_blocks would not list it now (its claims would go)
+    if exists (
+        select 1 from donto.extraction_block as b
+        cross join lateral (select donto._forgotten_now(b.revision_id) as f) as x
+        where b.block_id = v_block
+              and (x.f && pg_catalog.int4range(b.char_start, b.char_end)
+                   or (b.prefix_start is not null
+                       and x.f && pg_catalog.int4range(b.prefix_start, b.prefix_end)))
+    ) then
+        return 'forgotten';
+    end if;
     v_holder := donto.extraction_block_holder(v_run, v_block);
     v_stamp := donto._backend_stamp();
     if v_holder = pg_catalog.pg_backend_pid() then
@@ -6028,8 +6042,9 @@ end;
 $$;
 
 comment on function donto.take_extraction_block(bigint, bigint) is
-'Take a block of a run before asking a provider: ''taken'' (ask), ''done'' (answered by now) '
-'or ''elsewhere'' (another live session of the run holds it: skip it).';
+'Take a block of a run before asking a provider: ''taken'' (ask), ''done'' (answered by now), '
+'''elsewhere'' (another live session of the run holds it: skip it) or ''forgotten'' (it '
+'holds forgotten words now: skip it).';
 
 create or replace function donto.release_extraction_block(run_id bigint, block_id bigint)
 returns boolean

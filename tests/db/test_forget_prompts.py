@@ -318,36 +318,45 @@ def test_migration_035_carries_the_forgettings_made_before_it(db, logins):
     db.commit()
 
 
-def test_a_block_forgotten_after_it_was_listed_is_skipped_not_an_interrupted_run(db, logins):
-    """A session lists its blocks once; the user forgets every word of one before a worker
-    renders it. The worker sends nothing, counts it `forgotten`, and the run goes on (the
-    render's refusal, 55000, used to end the session as interrupted)."""
+@pytest.mark.parametrize("whole", [True, False], ids=["all-forgotten", "partly-forgotten"])
+def test_a_block_forgotten_after_it_was_listed_is_skipped_not_an_interrupted_run(
+        db, logins, whole):
+    """A session lists its blocks once; the user forgets words of one before a worker takes
+    it. The worker sends nothing (donto.take_extraction_block says 'forgotten'), counts it,
+    and the run goes on: before, a block all forgotten ended the session as interrupted
+    (the render's refusal, 55000), and one partly forgotten was sent clipped, its answer's
+    claims then retracted as filed (an LLM call for nothing)."""
     from donto_pg import extract
 
     _, as_alice, a, _ = _alice_and_reader(logins)
     chat = [{"role": "user", "content": f"My bank PIN is {SECRET}.", "timestamp": "2024-05-01"},
             {"role": "assistant", "content": "Noted."}]
-    rev = api.add_conversation(a, chat, "chat:forget2/listed", embed=False)
+    rev = api.add_conversation(a, chat if whole else _long_turn_chat(),
+                               f"chat:forget2/listed-{whole}", embed=False)
     block = _pin_block(a, rev)
     a.execute("select donto.retract(%s, 'forget my PIN')", (_pin_chunk(a, rev),))
     a.commit()
     listed: list[int] = []
 
     def pending(run: int, limit: int | None) -> list[int]:
-        if not listed:  # the session's list, made before the forgetting
-            listed.append(run)
-            return [block]
-        return [b for (b,) in a.execute(
+        now = [b for (b,) in a.execute(
             "select block_id from donto.pending_extraction_blocks(%s, %s)", (run, [rev]))]
+        if not listed:  # the session's list, made before the forgetting
+            listed.extend([block, *now])
+            return listed
+        return now
 
     with FakeLLM(default="[]") as fake:
         pool = ProviderPool([Provider(name="fake", base_url=fake.base_url, model="fake-model",
                                       timeout=20)], backoff_base=0.01, backoff_max=0.05)
         report = extract.extract_blocks(a, as_alice, pool, revisions=[rev], pending=pending,
                                         run_name="listed", alarm_after=0)
-        assert fake.requests == []
+        others = len(listed) - 1  # the blocks that hold nothing forgotten are extracted
+        assert len(fake.requests) == others and (others == 0) == whole
+        assert not [r for r in fake.requests if SECRET in json.dumps(r.body)]
     assert report.stopped is None and report.ok, report.reason
-    assert (report.progress.forgotten, report.progress.done, report.pending_after) == (1, 0, 0)
+    assert (report.progress.forgotten, report.progress.done,
+            report.pending_after) == (1, others, 0)
     assert "forgotten before it was sent 1" in extract.format_report(report)
 
 
