@@ -6228,6 +6228,28 @@ $$;
 comment on function donto.record_extraction_event(bigint, text, jsonb) is
 'Append a status event to an extraction run (a status change is a new row).';
 
+create or replace function donto._block_holds_forgotten(
+    p_forgotten int4multirange, p_block donto.extraction_block
+)
+returns boolean
+language sql
+immutable
+security invoker
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether block P_BLOCK's text, its utterances or its CONTEXT turn, overlaps forgotten
+   words P_FORGOTTEN (donto._forgotten_now of its revision; null: nothing forgotten). */
+    select coalesce(
+        p_forgotten && pg_catalog.int4range(p_block.char_start, p_block.char_end)
+        or (p_block.prefix_start is not null
+            and p_forgotten && pg_catalog.int4range(p_block.prefix_start, p_block.prefix_end)),
+        false);
+$$;
+
+comment on function donto._block_holds_forgotten(int4multirange, donto.extraction_block) is
+'Whether an extraction block''s text (utterances or CONTEXT turn) overlaps forgotten words.';
+
 create or replace function donto._forgotten_now(p_revision_id bigint)
 returns int4multirange
 language plpgsql
@@ -6351,11 +6373,7 @@ is done with). It stays unextracted; a run that has only such blocks left is com
     )
     -- a block that holds forgotten words (its utterances or its CONTEXT turn) is not
     -- sent: its claims would be retracted as filed (donto._forget_in)
-    and not coalesce(
-        h.forgotten && pg_catalog.int4range(b.char_start, b.char_end)
-        or (b.prefix_start is not null
-            and h.forgotten && pg_catalog.int4range(b.prefix_start, b.prefix_end)),
-        false)
+    and not donto._block_holds_forgotten(h.forgotten, b)
     and (
         h.alone
         or not (
@@ -6542,11 +6560,8 @@ begin
     -- donto.pending_extraction_blocks would not list it now (its claims would go)
     if exists (
         select 1 from donto.extraction_block as b
-        cross join lateral (select donto._forgotten_now(b.revision_id) as f) as x
         where b.block_id = v_block
-              and (x.f && pg_catalog.int4range(b.char_start, b.char_end)
-                   or (b.prefix_start is not null
-                       and x.f && pg_catalog.int4range(b.prefix_start, b.prefix_end)))
+              and donto._block_holds_forgotten(donto._forgotten_now(b.revision_id), b)
     ) then
         return 'forgotten';
     end if;
