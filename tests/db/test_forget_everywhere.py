@@ -221,7 +221,12 @@ def test_a_writer_cannot_forget_anothers_text(db, logins):
         r, "select chunk_text from donto.recall_by_vector(null, 'bank PIN', k => 5, "
         "context => %s, arms => 'lexical')", (octx,)))
     # and the helpers that retract are not a writer's to call
-    for call in ("select donto._forget_in(%s, null)", ):
+    doc = db.execute("select document_id from donto.revision where revision_id = %s",
+                     (rev,)).fetchone()[0]
+    db.commit()
+    # nor the lock a forgetting takes (a writer holding it would stall the owner's filings)
+    for call, arg in (("select donto._forget_in(%s, null)", rev),
+                      ("select donto._lock_forgetting(%s)", doc)):
         with pytest.raises(errors.InsufficientPrivilege):
-            b.execute(call, (rev,))
+            b.execute(call, (arg,))
         b.rollback()
