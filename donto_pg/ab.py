@@ -83,6 +83,8 @@ DEFAULT_ARMS: tuple[str, ...] = (
 CODE_HEAVY = 0.30
 DIALOGUE_HEAVY = 0.05
 EXCLUDED_ABILITIES = ("abstention",)
+# How often an arm whose blocks another session holds looks again (seconds).
+WAIT_POLL_S = 1.0
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
@@ -347,14 +349,27 @@ def _extract_arm(conn_factory: ConnFactory, main: psycopg.Connection, arm: ArmSp
     def progressed(p) -> None:
         _emit(on_event, "progress", arm=arm.name, progress=p.as_dict())
 
+    def extract_once() -> Any:
+        return ex.extract_blocks(
+            main, conn_factory, pool, revisions=revisions, pending=pending,
+            run_params=arm.params if arm.strategy == "semantic" else {},
+            run_name=f"ab/{arm.name}", concurrency=concurrency, alarm_after=alarm_after,
+            max_injection=reject_injection, min_anchor=reject_anchor,
+            max_consecutive_failures=10, on_progress=progressed,
+            event_detail={"ab_arm": arm.name})
+
     # The extractor's own run, loop and alarm (donto_pg.extract), fed with the arm's blocks.
     _emit(on_event, "extract", arm=arm.name)
-    return ex.extract_blocks(
-        main, conn_factory, pool, revisions=revisions, pending=pending,
-        run_params=arm.params if arm.strategy == "semantic" else {}, run_name=f"ab/{arm.name}",
-        concurrency=concurrency, alarm_after=alarm_after, max_injection=reject_injection,
-        min_anchor=reject_anchor, max_consecutive_failures=10, on_progress=progressed,
-        event_detail={"ab_arm": arm.name})
+    ext = extract_once()
+    # Another session of the arm's run (a second `ab` on the same arm) holds blocks: the
+    # arm is measured on all of them, so wait until that session answered them or gave them
+    # back (then extract those here), rather than record the arm incomplete.
+    while ext.stopped is None and ext.handed_over:
+        _emit(on_event, "waiting", arm=arm.name, blocks=ext.handed_over, held_by=ext.held_by)
+        while ex._holders(main, ext.run_id, pending(ext.run_id, None), set()):
+            time.sleep(WAIT_POLL_S)
+        ext = extract_once()
+    return ext
 
 
 def _recall_pass(main: psycopg.Connection, arm: ArmSpec, revisions: list[int],

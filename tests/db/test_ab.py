@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import threading
+import time
 
 import psycopg
 import pytest
@@ -23,7 +25,7 @@ from donto_pg.embed import embed_pending
 from donto_pg.llm import Provider, ProviderPool
 from donto_pg.server.ab import fixed_block_rows
 from tests.conftest import EXAMPLES
-from tests.fakellm import HIJACKED_TUTORIAL, FakeLLM
+from tests.fakellm import HIJACKED_TUTORIAL, FakeLLM, Reply
 
 KEEP = {
     "1": set(range(0, 6)) | set(range(60, 64)),  # code-heavy: sessions 1 and 2
@@ -381,10 +383,13 @@ def test_a_doomed_arm_stops_early_without_a_recall_pass(db, loaded, connect):
     reader.rollback()
 
 
+MADE_UP = json.dumps([{"subject": "user", "predicate": "owns", "object": "a yacht",
+                       "quote": "I own a yacht called Seahorse", "turn": None,
+                       "hypothesis": False}])
+
+
 def test_an_arm_rejected_for_anchors_after_extraction(db, loaded):
-    made_up = json.dumps([{"subject": "user", "predicate": "owns", "object": "a yacht",
-                           "quote": "I own a yacht called Seahorse", "turn": None,
-                           "hypothesis": False}])
+    made_up = MADE_UP
     with FakeLLM(made_up) as fake:
         pool = ProviderPool([Provider(name="fake0", base_url=fake.base_url, model="fake-model",
                                       timeout=20)])
@@ -445,6 +450,65 @@ def test_summary_arm_extractive_labelled_and_hits_counted_by_session(db, loaded)
     assert both["overall"]["chunk_hit@10"] == 0.0
     assert both["overall"]["rescued@1"] == sum(q["summary_hit@1"] for q in both["questions"])
     assert "summary hits" in summaries.format_summary_eval(both)
+
+
+def test_a_second_gate_on_an_arm_waits_for_the_blocks_another_session_holds(db, loaded):
+    """Left by the last stop: a second `donto-pg ab` on an arm whose blocks another session
+    was extracting recorded the arm 'incomplete' (it skipped the held blocks, rightly, and
+    then judged the arm on fewer blocks than it has). Now it waits for that session to answer
+    them, then judges the whole arm: two real gates, the first holding one block (its
+    provider call held open) while the second does every other block."""
+    release, first_call = threading.Event(), threading.Event()
+    lock = threading.Lock()
+    prompts: list[str] = []
+
+    def answer(prompt: str) -> Reply:
+        with lock:
+            prompts.append(prompt)
+            first = len(prompts) == 1
+        if first:  # the first gate's first block: held until the second gate waits
+            first_call.set()
+            release.wait(60)
+        return Reply(content=MADE_UP)
+
+    reports: dict[str, dict] = {}
+    seen: dict[str, list] = {"a": [], "b": []}
+    failures: list[BaseException] = []
+    with FakeLLM(answer) as fake:
+        pool = ProviderPool([Provider(name="fake0", base_url=fake.base_url, model="fake-model",
+                                      timeout=90)], backoff_base=0.01, backoff_max=0.05)
+
+        def gate(name: str) -> None:
+            try:
+                reports[name] = ab.run_ab(factory(db), arms=["unanchored=semantic:"],
+                                          providers=pool, concurrency=1, alarm_after=0,
+                                          on_event=seen[name].append)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failures.append(exc)
+
+        first = threading.Thread(target=gate, args=("a",))
+        first.start()
+        assert first_call.wait(60)
+        second = threading.Thread(target=gate, args=("b",))
+        second.start()
+        deadline = time.monotonic() + 90
+        while not any(e["event"] == "waiting" for e in seen["b"]):
+            assert second.is_alive(), reports.get("b", failures)  # it must not end yet
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(2 * ab.WAIT_POLL_S)
+        assert second.is_alive() and "b" not in reports  # still waiting for the held block
+        release.set()
+        first.join(120)
+        second.join(120)
+    assert not failures, failures
+    waiting = next(e for e in seen["b"] if e["event"] == "waiting")
+    assert waiting["blocks"] == 1 and len(waiting["held_by"]) == 1
+    for name in ("a", "b"):
+        (arm,) = reports[name]["arms"]
+        assert arm["stage"] == "rejected", (name, arm["stop_reason"])
+        assert arm["quality"]["blocks"] == arm["units"]
+    assert len(prompts) == reports["a"]["arms"][0]["units"]  # every block asked for once
 
 
 def test_abstractive_summaries_and_their_labelled_fallback(db, loaded):
