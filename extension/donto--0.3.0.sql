@@ -6285,6 +6285,10 @@ returns table (block_id bigint, revision_id bigint, seq integer, kind text)
 language sql
 stable
 security invoker
+-- no JIT: the planner's estimate (a body search per block for a changed text, never run
+-- for a grown one) passed jit_above_cost, and compiling took 1.5 s of a 1.8 s call on a
+-- BEAM-10M-sized conversation (the query itself 0.3 s)
+set jit to off
 set search_path to pg_catalog, pg_temp
 as $$
 /*
@@ -6496,6 +6500,74 @@ $$;
 
 comment on function donto.extraction_block_holder(bigint, bigint) is
 'The pid of the live session holding a block of a run (donto.take_extraction_block), or null.';
+
+create or replace function donto.extraction_block_holders(run_id bigint, block_ids bigint[])
+returns table (block_id bigint, backend_pid integer)
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+donto.extraction_block_holder(RUN_ID, b) of every block b of BLOCK_IDS at once (one row per
+distinct block that exists; BACKEND_PID null: nobody holds it): the first revision of a
+lineage is found once per revision, not once per block, and the leases are read in one
+pass. For the report of `donto-pg extract`, which asks it of every block left (15,000 of
+a BEAM-10M conversation: the per-block function took 0.2-0.5 ms each).
+*/
+    with recursive blocks as materialized (
+        select b.block_id, b.revision_id, b.kind, b.char_start, b.char_end, b.prefix_start,
+               b.prefix_end
+        from donto.extraction_block as b
+        where b.block_id in (select i.id from pg_catalog.unnest($2) as i (id))
+    ),
+
+    up as (  -- each revision's lineage, followed back (donto._extraction_lease_key)
+        select r.revision_id as start, r.revision_id as rev, 0 as depth
+        from (select distinct k.revision_id from blocks as k) as r
+        union all
+        select up.start, x.extends_revision_id, up.depth + 1
+        from up
+        inner join donto.revision_extension as x on up.rev = x.revision_id
+    ),
+
+    root as (
+        select distinct on (up.start) up.start, up.rev
+        from up
+        order by up.start, up.depth desc
+    ),
+
+    keyed as materialized (
+        select k.block_id, pg_catalog.hashtextextended(pg_catalog.format(
+            'donto extraction lease %s %s %s %s %s %s %s', $1, r.rev, k.kind, k.char_start,
+            k.char_end, k.prefix_start, k.prefix_end), 0) as lease_key
+        from blocks as k
+        inner join root as r on k.revision_id = r.start
+    ),
+
+    latest as (  -- the latest lease row of each key
+        select distinct on (e.lease_key)
+            e.lease_key, e.taken, e.backend_pid, e.backend_start, e.login_role
+        from donto.extraction_lease as e
+        where e.run_id = $1 and e.lease_key in (select k.lease_key from keyed as k)
+        order by e.lease_key, e.lease_id desc
+    )
+
+    select k.block_id, l.backend_pid
+    from keyed as k
+    left join latest as l
+        on k.lease_key = l.lease_key
+           and l.taken and exists (
+               select 1 from pg_catalog.pg_stat_activity as a
+               where a.pid = l.backend_pid and a.datname = pg_catalog.current_database()
+                     and a.usename is not distinct from l.login_role
+                     and (l.backend_start is null or a.backend_start is null
+                          or a.backend_start = l.backend_start)
+           );
+$$;
+
+comment on function donto.extraction_block_holders(bigint, bigint[]) is
+'donto.extraction_block_holder of many blocks of a run at once (block, pid or null).';
 
 create or replace function donto._lock_extraction_lease(p_key bigint)
 returns void
@@ -8910,7 +8982,11 @@ begin
 
     select pg_catalog.count(*)::integer into v_n from donto.turn as o
     where o.revision_id = p_base;
-    select o.seq into v_bad
+    -- the first old turn that differs: min(), not "order by seq limit 1", which the planner
+    -- ran as a nested loop rescanning the new table once per old turn (quadratic: 21 s
+    -- for the 11,746 turns of a BEAM-10M-sized conversation); min() reads both once
+    -- (a hash join)
+    select pg_catalog.min(o.seq) into v_bad
     from donto.turn as o
     left join donto._turn_rows(turns) as t on o.seq = t.seq
     where o.revision_id = p_base
@@ -8918,8 +8994,7 @@ begin
                or (o.turn_id, o.role, o.session, o.exchange, o.time_anchor, o.header_start,
                    o.char_start, o.char_end)
                is distinct from (t.turn_id, t.role, t.session, t.exchange, t.time_anchor,
-                                 t.header_start, t.char_start, t.char_end))
-    order by o.seq limit 1;
+                                 t.header_start, t.char_start, t.char_end));
     if v_bad is not null then
         return pg_catalog.format('turn seq %s of revision %s differs in the new turn table '
                                  '(the old turns must be its prefix)', v_bad, p_base);
@@ -9694,13 +9769,13 @@ P_CONTEXT_ID null: the forgotten WORDS of the document (migration 034): the reca
 included, as spans of P_REVISION_ID (donto._forgotten_text, donto._forget_in). For
 donto._carry_retractions and donto._reconcile_claims (with a context).
 */
-    with gone as materialized (
+    -- the retractions asked for in the document (or the context), first: the login checks
+    -- below then run for these only (not for every document's), and once per login
+    with asked as materialized (
         select
             o.statement_id, o.subject, o.predicate, o.object_lit, o.derived_from_revision,
-            o.char_start, o.char_end, r.reason, r.login_role,
-            o.char_start is null or o.derived_from_revision in (
-                select l.rev from donto.revision_lineage(p_revision_id) as l (rev)
-            ) as same_place
+            o.char_start, o.char_end, r.reason, r.login_role, r.tx_from, r.writer_then,
+            n.document_id
         from (
             select h.statement_id, h.reason, h.login_role, h.tx_from, h.writer_then
             from donto.retraction as h
@@ -9720,12 +9795,28 @@ donto._carry_retractions and donto._reconcile_claims (with a context).
                        else o.context_id = p_context_id
                             and o.derived_from_revision <> p_revision_id end
               and (p_as_of is null or r.tx_from <= p_as_of)
-              and (donto._login_writes_document(r.login_role, n.document_id)
-                   or case when r.writer_then  -- recorded by donto.retract: no membership
-                           then donto._not_taken_since(r.login_role, r.tx_from,
-                                                       n.document_id, p_revision_id)
-                           else donto._forgot_then(r.login_role, r.tx_from, n.document_id,
-                                                   p_revision_id) end)
+    ),
+
+    writers as materialized (  -- may the login add to the document now: once per login
+        select w.login_role, donto._login_writes_document(w.login_role, w.document_id) as now
+        from (select distinct a.login_role, a.document_id from asked as a) as w
+    ),
+
+    gone as materialized (
+        select
+            a.statement_id, a.subject, a.predicate, a.object_lit, a.derived_from_revision,
+            a.char_start, a.char_end, a.reason, a.login_role,
+            a.char_start is null or a.derived_from_revision in (
+                select l.rev from donto.revision_lineage(p_revision_id) as l (rev)
+            ) as same_place
+        from asked as a
+        inner join writers as w on a.login_role is not distinct from w.login_role
+        where w.now
+              or case when a.writer_then  -- recorded by donto.retract: no membership
+                      then donto._not_taken_since(a.login_role, a.tx_from,
+                                                  a.document_id, p_revision_id)
+                      else donto._forgot_then(a.login_role, a.tx_from, a.document_id,
+                                              p_revision_id) end
     ),
     moved as (
         select
@@ -9830,7 +9921,9 @@ longer lists such a block). Returns the count.
         where f.char_start < f.char_end
     ),
 
-    -- the statements over the words
+    -- the statements over the words: every one of the revision, or (P_IDS: the trigger,
+    -- the rows just filed) those of P_IDS, found by their ids, not by reading every
+    -- statement of the revision at each filing (18,000 of a BEAM-10M-sized one)
     spans as (
         select s.statement_id, g.statement_id as source, g.reason, g.login_role
         from gone as g
@@ -9838,8 +9931,31 @@ longer lists such a block). Returns the count.
             on s.derived_from_revision = p_revision_id
                and s.char_start < g.char_end and g.char_start < s.char_end
         inner join donto.context as c on s.context_id = c.context_id
-        where (p_ids is null or s.statement_id = any(p_ids))
-              and c.iri not like 'ctx:measure/%'
+        where p_ids is null and c.iri not like 'ctx:measure/%'
+        union all
+        select s.statement_id, g.statement_id as source, g.reason, g.login_role
+        from (select distinct i.id from pg_catalog.unnest(p_ids) as i (id)) as i
+        inner join donto.statement as s on i.id = s.statement_id
+        inner join gone as g on s.char_start < g.char_end and g.char_start < s.char_end
+        inner join donto.context as c on s.context_id = c.context_id
+        where s.derived_from_revision = p_revision_id and c.iri not like 'ctx:measure/%'
+    ),
+
+    -- P_IDS: the claims among them and those the LLM's standing statements among them were
+    -- made of (by id), the only claims the result can name then
+    named as (
+        select i.id as claim from pg_catalog.unnest(p_ids) as i (id)
+        union
+        select xc.statement_id
+        from pg_catalog.unnest(p_ids) as i (id)
+        inner join donto.x_standing as xs
+            on i.id = xs.statement_id
+               and xs.revision_id = p_revision_id and xs.detector = 'llm-v1'
+        inner join donto.statement as ss on xs.statement_id = ss.statement_id
+        inner join donto.x_claim as xc
+            on xc.statement_id = (case when ss.object_lit ->> 'claim' ~ '^[0-9]{1,18}$'
+                                       then (ss.object_lit ->> 'claim')::bigint end)
+               and ss.object_lit ->> 'claim' = xc.statement_id::text
     ),
 
     -- a block that holds the words is done with: every claim of a block whose text (its
@@ -9856,6 +9972,18 @@ longer lists such a block). Returns the count.
         inner join donto.projection as p on b.projection_id = p.projection_id
         inner join donto.extraction_response as x on b.block_id = x.block_id
         inner join donto.x_claim as xc on x.response_id = xc.response_id
+        where p_ids is null and p.strategy not like 'ab/%'
+        union all  -- P_IDS: from the claims named, not every answer's of the database
+        select xc.statement_id as claim, g.statement_id as source, g.reason, g.login_role
+        from named as k
+        inner join donto.x_claim as xc on k.claim = xc.statement_id
+        inner join donto.extraction_response as x on xc.response_id = x.response_id
+        inner join donto.extraction_block as b
+            on x.block_id = b.block_id and b.revision_id = p_revision_id
+        inner join donto.projection as p on b.projection_id = p.projection_id
+        inner join gone as g
+            on (b.char_start < g.char_end and g.char_start < b.char_end)
+               or (b.prefix_start < g.char_end and g.char_start < b.prefix_end)
         where p.strategy not like 'ab/%'
     ),
 
