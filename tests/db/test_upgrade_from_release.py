@@ -123,3 +123,32 @@ def test_alter_extension_update_keeps_a_release_s_forgetting(fresh_db, old):  # 
     conn.close()
 
 
+
+@pytest.mark.parametrize("old", list(build.RELEASED))
+def test_a_session_that_ran_the_release_s_python_goes_on_after_the_update(
+        fresh_db, old):  # noqa: F811
+    """A backend that booted the release's PL/Python (its donto._py_boot cached
+    donto_pg.plpy_entry in GD) runs the updated SQL in the same session (a pooled
+    connection, or the DBA's psql): every topic the current SQL calls is there. Before,
+    the standing and append topics were missing (AttributeError: donto.reproject, the
+    step an upgrade asks for, and donto.append_turns failed until the session ended)."""
+    sharedir = build.pg_sharedir() / "extension"
+    if not os.access(sharedir, os.W_OK):
+        pytest.fail(f"installing into {sharedir} needs root (CI runs as root)")
+    build.install_extension()
+    conn = fresh_db()
+    conn.execute(f"create extension donto version '{old}' cascade")
+    settings.write_settings(conn)
+    conn.commit()
+    _load(conn)  # project_recall: the release's PL/Python, booted in this backend
+    conn.execute("alter extension donto update")
+    conn.commit()
+    assert conn.execute("select count(*) from donto.reproject()").fetchone()[0] == 1
+    conn.commit()
+    rev = conn.execute("select donto.append_turns('chat:upgrade/pin', %s, '{}')", (json.dumps(
+        [{"role": "user", "content": "I also like tea."}]),)).fetchone()[0]
+    conn.commit()
+    assert conn.execute("select count(*) from donto.standing(donto.recall_context_iri("
+                        "'chat:upgrade/pin'))").fetchone()[0] >= 1
+    assert rev > 1
+    conn.close()
