@@ -1,13 +1,15 @@
-"""An upgrade from a release keeps what its users forgot.
+"""An upgrade from a release (ALTER EXTENSION donto UPDATE from 0.1.0 or 0.2.0).
 
-In releases 0.1.0 and 0.2.0 the only way a statement was retracted was donto.retract, a
-caller's request ("forget my PIN"): the database retracted nothing of its own. Migration
-032 marked every retraction made before it as the database's own (by_hand false), so after
-ALTER EXTENSION donto UPDATE (or `donto-pg migrate` of a database at 007) a recall chunk
-its user had retracted was no forgetting (034, 035): recall's turn blocks read its words
-back from the body, and `donto-pg reproject` (the step the upgrade asks for) cut recall
-keys and standing statements over them, current. Found by a review of deployment against
-migrations 033-035.
+It keeps what its users forgot. In those releases the only way a statement was retracted
+was donto.retract, a caller's request ("forget my PIN"): the database retracted nothing of
+its own. Migration 032 marked every retraction made before it as the database's own
+(by_hand false), so a recall chunk its user had retracted was no forgetting (034, 035):
+`donto-pg reproject`, the step the upgrade asks for, cut a standing statement over its
+words, current, and recall_payload showed the PIN in its standing memory.
+
+And a session that ran the release's PL/Python goes on with the updated SQL.
+
+Found by a review of deployment against migrations 033-035.
 """
 
 from __future__ import annotations
