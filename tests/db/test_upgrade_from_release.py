@@ -154,3 +154,58 @@ def test_a_session_that_ran_the_release_s_python_goes_on_after_the_update(
                         "'chat:upgrade/pin'))").fetchone()[0] >= 1
     assert rev > 1
     conn.close()
+
+
+def _strangers(conn, role: str) -> list[tuple]:
+    """The objects of schema donto that ROLE owns."""
+    rows = conn.execute(
+        "select 'relation', c.oid::regclass::text from pg_class c join pg_roles r "
+        "on r.oid = c.relowner where c.relnamespace = 'donto'::regnamespace "
+        "and r.rolname = %s union all "
+        "select 'function', p.oid::regprocedure::text from pg_proc p join pg_roles r "
+        "on r.oid = p.proowner where p.pronamespace = 'donto'::regnamespace "
+        "and r.rolname = %s order by 1, 2", (role, role)).fetchall()
+    conn.commit()
+    return rows
+
+
+@pytest.mark.parametrize("how", ["alter extension", "migrate"])
+def test_an_upgrade_by_another_superuser_leaves_every_object_to_the_owner(
+        fresh_db, how):  # noqa: F811
+    """A DBA's own superuser account upgrades (ALTER EXTENSION donto UPDATE from 0.2.0, or
+    `donto-pg migrate` of a database at 034): what the upgrade creates (tables, views,
+    types, functions, security definers among them) belongs to the schema's owner, as in
+    a fresh install, not to that account, which can then be dropped. Before, 124 functions
+    (25 security definers) and 55 relations of an update from 0.2.0 were that account's
+    and DROP ROLE failed."""
+    from donto_pg import migrate
+
+    if how == "alter extension":
+        build.install_extension()
+    conn = fresh_db()
+    if how == "alter extension":
+        conn.execute("create extension donto version '0.2.0' cascade")
+        settings.write_settings(conn)
+    else:
+        migrate.migrate(conn, upto="034")
+    conn.commit()
+    dba = f"dba_{os.getpid()}"
+    conn.execute(f"drop role if exists {dba}")
+    conn.execute(f"create role {dba} superuser login password 'pw'")
+    conn.commit()
+    try:
+        d = psycopg.connect(host=conn.info.host, port=conn.info.port, user=dba, password="pw",
+                            dbname=conn.info.dbname)
+        if how == "alter extension":
+            d.execute("alter extension donto update")
+            d.commit()
+        else:
+            assert migrate.migrate(d) == ["035-forget-prompts.sql"]
+        d.close()
+        assert _strangers(conn, dba) == []
+        _, pin = _load(conn)  # the functions work, as the owner's
+        conn.execute("select donto.retract(%s, 'forget my PIN')", (pin,))
+        conn.commit()
+    finally:
+        conn.execute(f"drop role {dba}")  # nothing of the schema depends on it
+        conn.commit()
