@@ -10,7 +10,7 @@ import this module; drop it with the last release whose SQL names it.
 """
 
 from donto_pg import __version__
-from donto_pg.server import ab, extraction, payload, recall
+from donto_pg.server import ab, append, extraction, payload, recall, standing
 from donto_pg.server.extraction import (
     anchor_in_revision,
     extraction_blocks,
@@ -21,9 +21,9 @@ from donto_pg.server.extraction import claims_json as parse_claims
 from donto_pg.server.recall import recall_windows
 
 __all__ = [
-    "__version__", "ab", "anchor_in_revision", "embed_query", "extraction", "extraction_blocks",
-    "extraction_params_sql", "parse_claims", "payload", "recall", "recall_windows",
-    "render_for_extraction",
+    "__version__", "ab", "anchor_in_revision", "append", "embed_query", "extraction",
+    "extraction_blocks", "extraction_params_sql", "parse_claims", "payload", "recall",
+    "recall_windows", "render_for_extraction", "standing",
 ]
 
 

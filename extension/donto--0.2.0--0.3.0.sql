@@ -891,10 +891,34 @@ insert into donto.migration (name, sha256) values ('031-writer-lock.sql', '60760
 -- projected anew where its text changed: the re-cut last window and the standing statements
 -- of the longer revision are new statements, and a retraction asked for on the old ones
 -- has to carry over to them (donto._carry_retractions), or the next message brings the
--- forgotten text back. Rows before this migration are all marked false (an UPDATE is
--- refused by I3).
+-- forgotten text back. The rows before this migration: in a database that comes from a
+-- release (0.1.0, 0.2.0: every migration after 007 is applied in this transaction) each was
+-- asked for, those releases retracting nothing of their own (donto.retract was the only
+-- way): they are by hand (else what their users forgot came back with 034, 035 and
+-- `donto-pg reproject`); in one made by an earlier build of this version they are marked
+-- false. The column is added with that default and then given false (an UPDATE is refused
+-- by I3). A release's retractions by hand are carried to the statements over their words
+-- by sql/097-carry-forgetting.sql (setting carry_forgetting): the functions that do it
+-- come with sql/, after the migrations.
 
-alter table donto.retraction add column by_hand boolean not null default false;
+do $$
+declare
+    v_release boolean := not exists (
+        select 1 from donto.migration as m
+        where m.name >= '008' and m.applied_at < pg_catalog.now()
+    );
+begin
+    execute pg_catalog.format(
+        'alter table donto.retraction add column by_hand boolean not null default %L',
+        v_release);
+    if v_release and exists (select 1 from donto.retraction) then
+        insert into donto.setting (key, value) values ('carry_forgetting', 'true')
+        on conflict (key) do nothing;
+    end if;
+end;
+$$;
+
+alter table donto.retraction alter column by_hand set default false;
 
 comment on column donto.retraction.by_hand is
 'True for a retraction asked for through donto.retract (and those carried over from one to '
@@ -903,7 +927,7 @@ comment on column donto.retraction.by_hand is
 create index retraction_by_hand_idx on donto.retraction (statement_id) where by_hand;
 
 
-insert into donto.migration (name, sha256) values ('032-retraction-by-hand.sql', 'a55e168eaa868ad5bb2d64720a627162c11f49e9aab4d03370d6232061ea2f3e');
+insert into donto.migration (name, sha256) values ('032-retraction-by-hand.sql', 'fd8b6ddada8460af7da2b0acabca960ec27688df9c92385ae7a1df4826f35b95');
 
 -- migrations/033-extraction-lease.sql
 -- 033: which session is extracting which block of a run. Two `donto-pg extract` sessions of
@@ -978,7 +1002,9 @@ insert into donto.migration (name, sha256) values ('033-extraction-lease.sql', '
 
 do $$
 begin
-    if exists (select 1 from donto.retraction as r where r.by_hand) then
+    -- a release's retractions (032) are carried by sql/097-carry-forgetting.sql
+    if exists (select 1 from donto.retraction as r where r.by_hand)
+       and not exists (select 1 from donto.setting as s where s.key = 'carry_forgetting') then
         execute $q$
             insert into donto.retraction (statement_id, reason, by_hand, login_role)
             select distinct on (s.statement_id)
@@ -1009,7 +1035,7 @@ end;
 $$;
 
 
-insert into donto.migration (name, sha256) values ('034-forget-everywhere.sql', '93a941786373684105cc52a300e937a6a73030ba74959a19af1bd1addf13ae44');
+insert into donto.migration (name, sha256) values ('034-forget-everywhere.sql', 'cc4ddd6643d36cc05e906bc45a72e8a8dda6aeb871c0cfafcbbb93106f873bbd');
 
 -- migrations/035-forget-prompts.sql
 -- 035: forgetting reaches what was said from the words. A recall chunk retracted by hand
@@ -1082,7 +1108,9 @@ comment on column donto.retraction_request.writer_then is
 
 do $$
 begin
-    if exists (select 1 from donto.retraction as r where r.by_hand) then
+    -- a release's retractions (032) are carried by sql/097-carry-forgetting.sql
+    if exists (select 1 from donto.retraction as r where r.by_hand)
+       and not exists (select 1 from donto.setting as s where s.key = 'carry_forgetting') then
         execute $q$
             with forgot as materialized (
                 select
@@ -1177,7 +1205,7 @@ end;
 $$;
 
 
-insert into donto.migration (name, sha256) values ('035-forget-prompts.sql', 'cf03a770be6443d8928beac5c3d1e5b33ba9efe6f36b75d79291c5da948cc155');
+insert into donto.migration (name, sha256) values ('035-forget-prompts.sql', '3e9e52f6e4e058d4df69640207622485dcf0986e7e1ada5f14f47946412f76d6');
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
@@ -11398,6 +11426,47 @@ begin
 end;
 $$;
 
+-- One owner: the schema's. CREATE OR REPLACE keeps an object's owner, and what a run
+-- creates belongs to whoever runs it: an ALTER EXTENSION donto UPDATE or a migrate by
+-- another superuser than the one who installed left the new tables, views, types and
+-- functions (security definers among them) to that role, so it could no longer be dropped,
+-- and the definers would run as whatever it became. Given back to the schema's owner, while
+-- that owner is a superuser (as it must be, README "Who must be a superuser"); a table
+-- takes its indexes and identity sequences along.
+do $$
+declare
+    v_owner oid := (select n.nspowner from pg_catalog.pg_namespace as n
+                    where n.nspname = 'donto');
+    v_name text := (select pg_catalog.quote_ident(r.rolname) from pg_catalog.pg_roles as r
+                    where r.oid = v_owner and r.rolsuper);
+    v_obj record;
+begin
+    if v_name is null then
+        return;
+    end if;
+    for v_obj in
+        select
+            case c.relkind
+                when 'c' then 'type' when 'v' then 'view'
+                when 'm' then 'materialized view' else 'table'
+            end as kind,
+            c.oid::regclass::text as name
+        from pg_catalog.pg_class as c
+        where
+            c.relnamespace = 'donto'::regnamespace and c.relowner <> v_owner
+            and c.relkind in ('r', 'p', 'v', 'm', 'c')
+        union all
+        select
+            case p.prokind when 'a' then 'aggregate' else 'routine' end,
+            p.oid::regprocedure::text
+        from pg_catalog.pg_proc as p
+        where p.pronamespace = 'donto'::regnamespace and p.proowner <> v_owner
+    loop
+        execute pg_catalog.format('alter %s %s owner to %s', v_obj.kind, v_obj.name, v_name);
+    end loop;
+end;
+$$;
+
 comment on role donto_reader is 'donto-pg: read and recall, never write.';
 comment on role donto_writer is 'donto-pg: write through the donto functions only.';
 
@@ -11587,6 +11656,8 @@ comment on function donto_guard.refuse_ddl() is
 'outside donto-pg migrate and the extension scripts unless donto.allow_ddl = ''on''.';
 
 do $$
+declare
+    v_owner text;
 begin
     if not (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = current_user) then
         raise notice 'donto: % is not a superuser: the DDL guard (event trigger '
@@ -11606,6 +11677,20 @@ begin
     -- Also under session_replication_role = replica.
     alter event trigger donto_guard_ddl_end enable always;
     alter event trigger donto_guard_ddl enable always;
+    -- One owner, the schema donto's (sql/090-roles.sql), while a superuser: an upgrade run
+    -- by another superuser made the guard that role's.
+    select pg_catalog.quote_ident(r.rolname) into v_owner
+    from pg_catalog.pg_namespace as n
+    inner join pg_catalog.pg_roles as r on n.nspowner = r.oid
+    where n.nspname = 'donto' and r.rolsuper;
+    if v_owner is not null then
+        execute pg_catalog.format('alter schema donto_guard owner to %s', v_owner);
+        execute pg_catalog.format('alter function donto_guard.refuse_ddl() owner to %s',
+                                  v_owner);
+        execute pg_catalog.format('alter event trigger donto_guard_ddl_end owner to %s',
+                                  v_owner);
+        execute pg_catalog.format('alter event trigger donto_guard_ddl owner to %s', v_owner);
+    end if;
 end;
 $$;
 
@@ -12347,6 +12432,43 @@ comment on function donto._may_embed(text, bigint, bigint) is
 comment on function donto._scoped_key(text) is
 'An idempotency key as this session''s login files it: unchanged for the schema''s owner, '
 'else behind the login (quoted).';
+
+
+-- sql/097-carry-forgetting.sql
+-- What a release's users forgot, carried once (migration 032). In a database that came
+-- from release 0.1.0 or 0.2.0 every retraction was asked for (donto.retract was the only
+-- way), and 032 marked them by hand and left the setting carry_forgetting: migrations 034
+-- and 035 could not carry them to the statements over their words, since the functions
+-- that do it come with sql/, after the migrations. They are carried here, as donto.retract
+-- carries a forgetting: every revision of a document with a recall chunk retracted by hand
+-- loses what overlaps its forgotten words (donto._forget_in: other projections' chunks,
+-- standing statements, the claims of the blocks that held them). Then the setting goes.
+-- Nothing to do anywhere else.
+
+do $$
+declare
+    v_rev bigint;
+begin
+    if not exists (select 1 from donto.setting as s where s.key = 'carry_forgetting') then
+        return;
+    end if;
+    for v_rev in
+        select r.revision_id from donto.revision as r
+        where
+            r.document_id in (
+                select o.document_id from donto.retraction as h
+                inner join donto.statement as o on h.statement_id = o.statement_id
+                where h.by_hand and o.predicate = 'mem:episodic/chunk'
+            )
+            and exists (select 1 from donto.statement as s
+                        where s.derived_from_revision = r.revision_id)
+        order by r.revision_id
+    loop
+        perform donto._forget_in(v_rev, null);
+    end loop;
+    delete from donto.setting where key = 'carry_forgetting';
+end;
+$$;
 
 
 -- sql/098-dump.sql

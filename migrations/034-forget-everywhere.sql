@@ -13,7 +13,9 @@
 
 do $$
 begin
-    if exists (select 1 from donto.retraction as r where r.by_hand) then
+    -- a release's retractions (032) are carried by sql/097-carry-forgetting.sql
+    if exists (select 1 from donto.retraction as r where r.by_hand)
+       and not exists (select 1 from donto.setting as s where s.key = 'carry_forgetting') then
         execute $q$
             insert into donto.retraction (statement_id, reason, by_hand, login_role)
             select distinct on (s.statement_id)

@@ -68,7 +68,9 @@ comment on column donto.retraction_request.writer_then is
 
 do $$
 begin
-    if exists (select 1 from donto.retraction as r where r.by_hand) then
+    -- a release's retractions (032) are carried by sql/097-carry-forgetting.sql
+    if exists (select 1 from donto.retraction as r where r.by_hand)
+       and not exists (select 1 from donto.setting as s where s.key = 'carry_forgetting') then
         execute $q$
             with forgot as materialized (
                 select

@@ -18,6 +18,47 @@ begin
 end;
 $$;
 
+-- One owner: the schema's. CREATE OR REPLACE keeps an object's owner, and what a run
+-- creates belongs to whoever runs it: an ALTER EXTENSION donto UPDATE or a migrate by
+-- another superuser than the one who installed left the new tables, views, types and
+-- functions (security definers among them) to that role, so it could no longer be dropped,
+-- and the definers would run as whatever it became. Given back to the schema's owner, while
+-- that owner is a superuser (as it must be, README "Who must be a superuser"); a table
+-- takes its indexes and identity sequences along.
+do $$
+declare
+    v_owner oid := (select n.nspowner from pg_catalog.pg_namespace as n
+                    where n.nspname = 'donto');
+    v_name text := (select pg_catalog.quote_ident(r.rolname) from pg_catalog.pg_roles as r
+                    where r.oid = v_owner and r.rolsuper);
+    v_obj record;
+begin
+    if v_name is null then
+        return;
+    end if;
+    for v_obj in
+        select
+            case c.relkind
+                when 'c' then 'type' when 'v' then 'view'
+                when 'm' then 'materialized view' else 'table'
+            end as kind,
+            c.oid::regclass::text as name
+        from pg_catalog.pg_class as c
+        where
+            c.relnamespace = 'donto'::regnamespace and c.relowner <> v_owner
+            and c.relkind in ('r', 'p', 'v', 'm', 'c')
+        union all
+        select
+            case p.prokind when 'a' then 'aggregate' else 'routine' end,
+            p.oid::regprocedure::text
+        from pg_catalog.pg_proc as p
+        where p.pronamespace = 'donto'::regnamespace and p.proowner <> v_owner
+    loop
+        execute pg_catalog.format('alter %s %s owner to %s', v_obj.kind, v_obj.name, v_name);
+    end loop;
+end;
+$$;
+
 comment on role donto_reader is 'donto-pg: read and recall, never write.';
 comment on role donto_writer is 'donto-pg: write through the donto functions only.';
 

@@ -86,6 +86,8 @@ comment on function donto_guard.refuse_ddl() is
 'outside donto-pg migrate and the extension scripts unless donto.allow_ddl = ''on''.';
 
 do $$
+declare
+    v_owner text;
 begin
     if not (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = current_user) then
         raise notice 'donto: % is not a superuser: the DDL guard (event trigger '
@@ -105,5 +107,19 @@ begin
     -- Also under session_replication_role = replica.
     alter event trigger donto_guard_ddl_end enable always;
     alter event trigger donto_guard_ddl enable always;
+    -- One owner, the schema donto's (sql/090-roles.sql), while a superuser: an upgrade run
+    -- by another superuser made the guard that role's.
+    select pg_catalog.quote_ident(r.rolname) into v_owner
+    from pg_catalog.pg_namespace as n
+    inner join pg_catalog.pg_roles as r on n.nspowner = r.oid
+    where n.nspname = 'donto' and r.rolsuper;
+    if v_owner is not null then
+        execute pg_catalog.format('alter schema donto_guard owner to %s', v_owner);
+        execute pg_catalog.format('alter function donto_guard.refuse_ddl() owner to %s',
+                                  v_owner);
+        execute pg_catalog.format('alter event trigger donto_guard_ddl_end owner to %s',
+                                  v_owner);
+        execute pg_catalog.format('alter event trigger donto_guard_ddl owner to %s', v_owner);
+    end if;
 end;
 $$;

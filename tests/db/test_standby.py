@@ -226,3 +226,68 @@ def test_read_path_is_the_reader_api(pair):
     with _reader(standby) as s:
         with pytest.raises(errors.InsufficientPrivilege):
             s.execute("select donto.ensure_context('ctx:test/x', 'recall')")
+
+
+def test_forgotten_words_stay_forgotten_on_the_standby_and_a_lease_is_refused(pair):
+    """Forgetting (migrations 034-035) on a standby: a writer login retracts the recall
+    chunk holding a PIN on the primary; the standby's recall and payload never show it,
+    and answer as the primary does. Taking an extraction block's lease (a row,
+    donto.take_extraction_block) on the standby is refused as a write (25006), leaving
+    nothing behind; listing the pending blocks and asking who holds one read only."""
+    from donto_pg import api
+    from tests.db.test_forget_everywhere import SECRET, _long_turn_chat
+
+    primary, standby = pair
+    writer, writer_pw = "standby_writer", "writer-pw-51b0"
+    with psycopg.connect(**primary.conninfo()) as p:
+        p.execute(f"create role {writer} login password '{writer_pw}' in role donto_writer")
+        p.commit()
+    w = psycopg.connect(host=str(primary.sockdir), port=PORT, user=writer, password=writer_pw,
+                        dbname="donto")
+    rev = api.add_conversation(w, _long_turn_chat(), "chat:standby/pin", embed=False)
+    run = w.execute("select run_id from donto.start_extraction_run(%s, '{}', null, 'sb')",
+                    (json.dumps([{"name": "fake", "model": "fake-model",
+                                  "base_url": "http://x"}]),)).fetchone()[0]
+    w.commit()
+    with psycopg.connect(**primary.conninfo()) as p:
+        register_vector_if_present(p)
+        embed_pending(p, progress=False)
+        p.commit()
+    (chunk,) = w.execute("select statement_id from donto.revision_chunks(%s) "
+                         "where chunk_text like %s", (rev, f"%{SECRET}%")).fetchone()
+    w.execute("select donto.retract(%s, 'forget my PIN')", (chunk,))
+    w.commit()
+    w.close()
+    _wait_for_replay(primary, standby)
+    ctx = "ctx:recall/chat:standby/pin"
+    asks = [("select chunk_text from donto.recall(%s, k => 6, context => "
+             "donto.recall_context_iri('chat:standby/pin'))", "what is my bank PIN?"),
+            ("select donto.recall_payload(%s, 2000, k => 6, context => "
+             "donto.recall_context_iri('chat:standby/pin'))::text",
+             "Can you list in order what I mentioned about my bank?")]
+    with _reader(standby) as s, _reader(primary) as p:
+        p.execute("set default_transaction_read_only = on")
+        p.commit()
+        for sql, q in asks:
+            on_standby = [r[0] for r in s.execute(sql, (q,)).fetchall()]
+            on_primary = [r[0] for r in p.execute(sql, (q,)).fetchall()]
+            assert on_standby == on_primary and on_standby, (ctx, sql)
+            assert not any(SECRET in t for t in on_standby), on_standby
+        s.commit()
+    sw = psycopg.connect(host=str(standby.sockdir), port=PORT, user=writer, password=writer_pw,
+                         dbname="donto")
+    try:
+        blocks = [b for (b,) in sw.execute(
+            "select block_id from donto.pending_extraction_blocks(%s)", (run,))]
+        assert blocks
+        assert sw.execute("select donto.extraction_block_holder(%s, %s)",
+                          (run, blocks[0])).fetchone() == (None,)
+        sw.commit()
+        with pytest.raises(errors.ReadOnlySqlTransaction):
+            sw.execute("select donto.take_extraction_block(%s, %s)", (run, blocks[0]))
+        sw.rollback()
+    finally:
+        sw.close()
+    with psycopg.connect(**primary.conninfo()) as p:
+        assert p.execute("select count(*) from donto.extraction_lease where run_id = %s",
+                         (run,)).fetchone() == (0,)

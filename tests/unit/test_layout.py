@@ -117,6 +117,20 @@ def test_every_plpython_body_is_one_call_into_the_server_floor():
         assert "import" not in body, f"{name}: bodies import nothing ({body!r})"
 
 
+
+def test_the_released_boot_module_carries_every_topic_the_sql_calls():
+    """A backend that booted a release's SQL keeps donto_pg.plpy_entry in GD['donto_pg']
+    after ALTER EXTENSION donto UPDATE, and the current bodies call
+    GD['donto_pg'].<topic>.<fn> on it: every topic must be there (standing and append were
+    not: reproject and append_turns failed in that session)."""
+    from donto_pg import plpy_entry
+
+    topics = {CALL.search(body).group(1) for _, body in plpython_bodies()}
+    assert {"append", "standing"} <= topics
+    for topic in topics:
+        assert getattr(plpy_entry, topic, None) is importlib.import_module(
+            f"donto_pg.server.{topic}"), f"donto_pg.plpy_entry lacks the topic {topic}"
+
 def test_sql_version_is_the_package_version():
     text = (ROOT / "sql" / "040-python.sql").read_text(encoding="utf-8")
     m = re.search(r"function donto\.sql_version\(\).*?return '([^']+)';", text, re.S)
