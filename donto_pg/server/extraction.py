@@ -119,9 +119,9 @@ def render_for_extraction(plpy, block_id: int, run_id: int | None) -> str:
         starts.append(row["prefix_start"])
         ends.append(row["prefix_end"])
     plan = plpy.prepare(
-        "select substring(r.body from x.s + 1 for x.e - x.s) as t "
-        "from donto.revision as r, unnest($2::integer[], $3::integer[]) "
-        "with ordinality as x (s, e, i) where r.revision_id = $1 order by x.i",
+        "select donto.span_text($1, x.s, x.e) as t "
+        "from unnest($2::integer[], $3::integer[]) "
+        "with ordinality as x (s, e, i) order by x.i",
         ["bigint", "integer[]", "integer[]"])
     texts = [r["t"] for r in plpy.execute(plan, [row["revision_id"], starts, ends])]
     # Forgotten words (recall chunks retracted by hand, donto._forgotten_text) are clipped

@@ -32,7 +32,7 @@ def revision_body(plpy, revision_id: int) -> str:
     key = (revision_id, rows[0]["h"])
     body = _BODY_CACHE.pop(key, None)
     if body is None:
-        plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
+        plan = plpy.prepare("select donto.revision_body($1) as body", ["bigint"])
         body = plpy.execute(plan, [revision_id])[0]["body"]
     _BODY_CACHE[key] = body  # most recently used last
     while len(_BODY_CACHE) > _BODY_CACHE_SIZE:
