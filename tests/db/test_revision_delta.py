@@ -435,3 +435,38 @@ def test_the_pipeline_on_a_delta_chain_gives_what_the_text_loaded_whole_gives(db
     assert any(RULE == s[2] for s in got["standing"])
     assert any(a for a in got["anchor"]) and all(got["render"]) and got["summaries"]
     assert got["render"] != got["render_forgotten"]
+
+
+def test_blocks_a_later_appended_text_no_longer_holds_are_not_pending(db):
+    """donto.pending_extraction_blocks reads the document's latest text, a delta here: a
+    block of an earlier revision that the latest (a changed text, then appended to) no
+    longer holds is superseded; one it still holds is pending."""
+    iri = "chat:t/delta-pending"
+    head = [{"role": "user", "content": "I live in Oslo and ride a gravel bike."},
+            {"role": "assistant", "content": "Nice, Oslo has good gravel roads."}]
+
+    def second(pet: str) -> list[dict[str, object]]:
+        return [{"role": "user", "content": f"My {pet} comes along on every ride.",
+                 "session": 2},
+                {"role": "assistant", "content": f"A {pet} trailer helps.", "session": 2}]
+
+    z = api.add_conversation(db, head, iri, embed=False)
+    a = api.add_conversation(db, head + second("dog"), iri, embed=False)  # appended to z
+    api.add_conversation(db, head + second("cat"), iri, embed=False)  # a changed text
+    d = loader.append_turns(db, iri, [{"role": "user", "content": "Thanks."},
+                                      {"role": "assistant", "content": "Sure."}])
+    db.commit()
+    assert db.execute("select body is null from donto.revision where revision_id = %s",
+                      (d,)).fetchone() == (True,)
+    run = db.execute("select run_id from donto.start_extraction_run(%s)",
+                     (json.dumps([{"name": "baseline", "model": "m"}]),)).fetchone()[0]
+    latest = db.execute("select donto.revision_body(%s)", (d,)).fetchone()[0]
+    blocks = db.execute(
+        "select b.block_id, donto.span_text(b.revision_id, b.char_start, b.char_end) "
+        "from donto.extraction_block as b where b.revision_id = %s", (a,)).fetchall()
+    held = {b for b, text in blocks if text in latest}
+    assert held and len(held) < len(blocks)
+    pending = {r[0] for r in db.execute(
+        "select block_id from donto.pending_extraction_blocks(%s, %s) where revision_id = %s",
+        (run, [z, a], a))}
+    assert pending == held
