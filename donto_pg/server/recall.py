@@ -5,13 +5,12 @@ from __future__ import annotations
 from donto_pg.core import encoder
 from donto_pg.core.windows import recall_windows as windows
 from donto_pg.core.windows import window_dates
-from donto_pg.server.revision import turn_rows
+from donto_pg.server.revision import text_sql, turn_rows
 
 
 def recall_windows(plpy, revision_id: int, window: int) -> list[tuple]:
     """Rows (chunk_index, char_start, char_end, text, first_date, min_date, max_date)."""
-    plan = plpy.prepare("select donto.revision_body(revision_id) as body from donto.revision "
-                        "where revision_id = $1", ["bigint"])
+    plan = plpy.prepare(text_sql(), ["bigint"])
     rows = plpy.execute(plan, [revision_id])
     if not rows:
         plpy.error(f"donto.project_recall: no revision {revision_id}", sqlstate="22023")
@@ -60,8 +59,7 @@ def turn_key_texts(plpy, revision_id: int) -> list[tuple]:
     """Rows (seq, header_start, char_start, char_end, text) of the user turns of a revision
     with text (``donto._turn_key_texts``): the body is read once and sliced here (one
     SQL substr per turn would read a 2-million-character body once per turn)."""
-    plan = plpy.prepare("select donto.revision_body(revision_id) as body from donto.revision "
-                        "where revision_id = $1", ["bigint"])
+    plan = plpy.prepare(text_sql(), ["bigint"])
     rows = plpy.execute(plan, [revision_id])
     if not rows:
         plpy.error(f"donto._turn_key_texts: no revision {revision_id}", sqlstate="22023")
