@@ -1710,10 +1710,11 @@ insert into donto.migration (name, sha256) values ('035-forget-prompts.sql', 'cf
 -- stored as a delta: BODY is null and BODY_TAIL is the text after BODY_BASE, an earlier
 -- revision of the same chain whose full text is its prefix. The chain is a full-body root
 -- (index 0) and its extensions in order (index 1, 2, ...); the revision at index i has as
--- base the one at index (i & (i - 1)) (skip-deltas, as Subversion does), so its text is at
--- most log2(i) + 1 pieces and the chain stores O(text x log n) characters. An extension of
--- a revision that is not its chain's latest (a fork), and every text donto.register_revision
--- registers, is stored whole (the root of a chain of its own). The SHA-256 is of the full
+-- base the one at index (i & (i - 1)) (skip-deltas, as Subversion does), so its text
+-- is the root and at most log2(i) + 1 tails and the chain stores O(text x log n)
+-- characters. An extension of a revision that is not its chain's latest (a fork), and
+-- every text donto.register_revision registers, is stored whole (the root of a chain of
+-- its own). The SHA-256 is of the full
 -- text as before. Read a revision's text with donto.revision_body(revision_id) or a slice
 -- with donto.span_text(revision_id, start, end). Rows stored before are untouched (full
 -- bodies); the append-only trigger (I3) covers the new columns as every other.
@@ -1744,7 +1745,7 @@ on donto.revision (body_chain_root, body_chain_index)
 where body_chain_root is not null;
 
 
-insert into donto.migration (name, sha256) values ('038-revision-delta.sql', '553273561e66323146083d8558a3d8515f03c7f37127606d42a9d8771f304063');
+insert into donto.migration (name, sha256) values ('038-revision-delta.sql', '02f7ad08789bcc39631757750b74e0be4ce26cb8a815b7b4f60c1dd8371d464f');
 
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
@@ -2372,7 +2373,7 @@ P_EXTENDS the revision of the document that BODY extends, checked to be a prefix
 extensions (index i - 1; a revision stored whole is the root of its own chain, index 0)
 is stored as index i of that chain: BODY_TAIL, the text after the revision at index
 (i & (i - 1)) of the chain (BODY_BASE), and no body (skip-deltas: donto.revision_body
-reads at most log2(i) + 1 pieces). Any other new revision (P_EXTENDS null, or a fork: a
+reads the root and at most log2(i) + 1 tails). Any other new revision (P_EXTENDS null, or a fork: a
 revision that extends one which is not its chain's latest) is stored whole. Not granted
 to writers: a base that is not a prefix would change what a revision reads.
 
@@ -2810,8 +2811,8 @@ as $$
 $$;
 
 comment on function donto._revision_pieces(bigint) is
-'The stored pieces of a revision''s text, [lo, hi) each: at most log2(i) + 1 for the i-th '
-'revision of a chain of appends; reads no text.';
+'The stored pieces of a revision''s text, [lo, hi) each: the root and at most log2(i) + 1 '
+'tails for the i-th revision of a chain of appends; reads no text.';
 
 create or replace function donto.revision_body(p_revision_id bigint)
 returns text
@@ -2821,8 +2822,8 @@ parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
 /* The full text of a revision (null for no revision): its body when it is stored whole,
-   else its pieces joined (donto._revision_pieces: at most log2(i) + 1 for the i-th
-   revision of a chain of appends). The one reader of revision text with donto.span_text:
+   else its pieces joined (donto._revision_pieces: the root and at most log2(i) + 1
+   tails for the i-th revision of a chain of appends). The one reader of revision text with donto.span_text:
    donto.revision.body is null for a revision stored as a delta. */
     select case
         when r.body is not null then r.body
@@ -12312,11 +12313,28 @@ comment on column donto.revision.revision_id is
 comment on column donto.revision.document_id is
 'The document this is a revision of.';
 comment on column donto.revision.sha256 is
-'SHA-256 of the body (32 bytes): the revision''s content address, unique.';
+'SHA-256 of the whole text (32 bytes, donto.revision_body): the revision''s content address, '
+'unique.';
 comment on column donto.revision.body is
-'The canonical text, immutable; every offset in the schema counts characters of it.';
+'The canonical text, immutable, when the revision is stored whole; null for a revision '
+'stored as a skip-delta (body_tail): read the text with donto.revision_body or '
+'donto.span_text. Every offset in the schema counts characters of the whole text.';
 comment on column donto.revision.body_chars is
-'Length of the body in characters (not bytes).';
+'Length of the whole text in characters (not bytes), however it is stored.';
+comment on column donto.revision.body_base is
+'For a revision stored as a skip-delta (migration 038): the earlier revision of the same '
+'chain of appends whose whole text is this text''s prefix (the one at index '
+'body_chain_index & (body_chain_index - 1), the chain''s root for 0); null when stored '
+'whole.';
+comment on column donto.revision.body_tail is
+'For a revision stored as a skip-delta: its text after that of body_base (the text is '
+'donto.revision_body(body_base) || body_tail); null when stored whole.';
+comment on column donto.revision.body_chain_root is
+'For a revision stored as a skip-delta: the revision stored whole that starts its chain of '
+'appends (index 0); null when stored whole (a root of its own chain).';
+comment on column donto.revision.body_chain_index is
+'For a revision stored as a skip-delta: its place i >= 1 in its chain of appends (the i-th '
+'append on the root); its text is read from at most log2(i) + 1 tails and the root.';
 comment on column donto.revision.supersedes is
 'The earlier revision of the same document this one replaces, if any.';
 comment on column donto.revision.meta is

@@ -3,10 +3,11 @@
 -- stored as a delta: BODY is null and BODY_TAIL is the text after BODY_BASE, an earlier
 -- revision of the same chain whose full text is its prefix. The chain is a full-body root
 -- (index 0) and its extensions in order (index 1, 2, ...); the revision at index i has as
--- base the one at index (i & (i - 1)) (skip-deltas, as Subversion does), so its text is at
--- most log2(i) + 1 pieces and the chain stores O(text x log n) characters. An extension of
--- a revision that is not its chain's latest (a fork), and every text donto.register_revision
--- registers, is stored whole (the root of a chain of its own). The SHA-256 is of the full
+-- base the one at index (i & (i - 1)) (skip-deltas, as Subversion does), so its text
+-- is the root and at most log2(i) + 1 tails and the chain stores O(text x log n)
+-- characters. An extension of a revision that is not its chain's latest (a fork), and
+-- every text donto.register_revision registers, is stored whole (the root of a chain of
+-- its own). The SHA-256 is of the full
 -- text as before. Read a revision's text with donto.revision_body(revision_id) or a slice
 -- with donto.span_text(revision_id, start, end). Rows stored before are untouched (full
 -- bodies); the append-only trigger (I3) covers the new columns as every other.

@@ -554,7 +554,7 @@ P_EXTENDS the revision of the document that BODY extends, checked to be a prefix
 extensions (index i - 1; a revision stored whole is the root of its own chain, index 0)
 is stored as index i of that chain: BODY_TAIL, the text after the revision at index
 (i & (i - 1)) of the chain (BODY_BASE), and no body (skip-deltas: donto.revision_body
-reads at most log2(i) + 1 pieces). Any other new revision (P_EXTENDS null, or a fork: a
+reads the root and at most log2(i) + 1 tails). Any other new revision (P_EXTENDS null, or a fork: a
 revision that extends one which is not its chain's latest) is stored whole. Not granted
 to writers: a base that is not a prefix would change what a revision reads.
 
@@ -992,8 +992,8 @@ as $$
 $$;
 
 comment on function donto._revision_pieces(bigint) is
-'The stored pieces of a revision''s text, [lo, hi) each: at most log2(i) + 1 for the i-th '
-'revision of a chain of appends; reads no text.';
+'The stored pieces of a revision''s text, [lo, hi) each: the root and at most log2(i) + 1 '
+'tails for the i-th revision of a chain of appends; reads no text.';
 
 create or replace function donto.revision_body(p_revision_id bigint)
 returns text
@@ -1003,8 +1003,8 @@ parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
 /* The full text of a revision (null for no revision): its body when it is stored whole,
-   else its pieces joined (donto._revision_pieces: at most log2(i) + 1 for the i-th
-   revision of a chain of appends). The one reader of revision text with donto.span_text:
+   else its pieces joined (donto._revision_pieces: the root and at most log2(i) + 1
+   tails for the i-th revision of a chain of appends). The one reader of revision text with donto.span_text:
    donto.revision.body is null for a revision stored as a delta. */
     select case
         when r.body is not null then r.body
