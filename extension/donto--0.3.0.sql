@@ -2373,9 +2373,10 @@ P_EXTENDS the revision of the document that BODY extends, checked to be a prefix
 extensions (index i - 1; a revision stored whole is the root of its own chain, index 0)
 is stored as index i of that chain: BODY_TAIL, the text after the revision at index
 (i & (i - 1)) of the chain (BODY_BASE), and no body (skip-deltas: donto.revision_body
-reads the root and at most log2(i) + 1 tails). Any other new revision (P_EXTENDS null, or a fork: a
-revision that extends one which is not its chain's latest) is stored whole. Not granted
-to writers: a base that is not a prefix would change what a revision reads.
+reads the root and at most log2(i) + 1 tails). Any other new revision (P_EXTENDS null,
+or a fork: a revision that extends one which is not its chain's latest) is stored
+whole. Not granted to writers: a base that is not a prefix would change what a
+revision reads.
 
 Content-addressed within the document: the id is that of SHA-256(body) among the
 document's revisions; registering the same body again (also concurrently) returns the
