@@ -172,7 +172,7 @@ def _candidates(conn: psycopg.Connection, iris: list[str] | None) -> list[dict[s
         """, {"iris": iris, "excl": list(EXCLUDED_ABILITIES)}).fetchall()
     out = []
     for iri, rev, chars, nq, gq, gt in rows:
-        body = conn.execute("select body from donto.revision where revision_id = %s",
+        body = conn.execute("select donto.revision_body(%s)",
                             (rev,)).fetchone()[0]
         share = code_char_share(body)
         out.append({"conversation": iri.partition(":")[2] if iri.startswith("beam:") else iri,

@@ -9,16 +9,30 @@ right after ``ALTER EXTENSION donto UPDATE`` in the same session. Nothing else m
 import this module; drop it with the last release whose SQL names it.
 """
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 from donto_pg import __version__
-from donto_pg.server import ab, append, extraction, payload, recall, standing
-from donto_pg.server.extraction import (
-    anchor_in_revision,
-    extraction_blocks,
-    extraction_params_sql,
-    render_for_extraction,
-)
+from donto_pg.server import ab, append, extraction, payload, recall, revision, standing
 from donto_pg.server.extraction import claims_json as parse_claims
-from donto_pg.server.recall import recall_windows
+from donto_pg.server.extraction import extraction_params_sql
+
+
+def _released(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """FN reading revision text from the body column: a released schema has neither
+    donto.revision_body nor revisions stored as deltas (migration 038)."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with revision.released_schema():
+            return fn(*args, **kwargs)
+    return call
+
+
+anchor_in_revision = _released(extraction.anchor_in_revision)
+extraction_blocks = _released(extraction.extraction_blocks)
+render_for_extraction = _released(extraction.render_for_extraction)
+recall_windows = _released(recall.recall_windows)
 
 __all__ = [
     "__version__", "ab", "anchor_in_revision", "append", "embed_query", "extraction",

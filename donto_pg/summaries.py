@@ -251,7 +251,7 @@ def summarize_sessions(
         already += len(sessions) - len(todo)
         if not todo:
             continue
-        body = conn.execute("select body from donto.revision where revision_id = %s",
+        body = conn.execute("select donto.revision_body(%s)",
                             (rev,)).fetchone()[0]
         turns = [dict(zip(("seq", "turn_id", "role", "session", "date", "char_start",
                            "char_end"), r, strict=True)) for r in conn.execute(

@@ -1207,6 +1207,49 @@ $$;
 
 insert into donto.migration (name, sha256) values ('035-forget-prompts.sql', '3e9e52f6e4e058d4df69640207622485dcf0986e7e1ada5f14f47946412f76d6');
 
+-- migrations/038-revision-delta.sql
+-- 038: a conversation that grows no longer stores its whole text again at every append.
+-- A revision that donto.extend_revision registers as the next of a chain of extensions is
+-- stored as a delta: BODY is null and BODY_TAIL is the text after BODY_BASE, an earlier
+-- revision of the same chain whose full text is its prefix. The chain is a full-body root
+-- (index 0) and its extensions in order (index 1, 2, ...); the revision at index i has as
+-- base the one at index (i & (i - 1)) (skip-deltas, as Subversion does), so its text
+-- is the root and at most log2(i) + 1 tails and the chain stores O(text x log n)
+-- characters. An extension of a revision that is not its chain's latest (a fork), and
+-- every text donto.register_revision registers, is stored whole (the root of a chain of
+-- its own). The SHA-256 is of the full
+-- text as before. Read a revision's text with donto.revision_body(revision_id) or a slice
+-- with donto.span_text(revision_id, start, end). Rows stored before are untouched (full
+-- bodies); the append-only trigger (I3) covers the new columns as every other.
+
+alter table donto.revision alter column body drop not null;
+alter table donto.revision add column body_base bigint references donto.revision;
+alter table donto.revision add column body_tail text check (body_tail <> '');
+alter table donto.revision add column body_chain_root bigint references donto.revision;
+alter table donto.revision add column body_chain_index integer check (body_chain_index > 0);
+-- As the body: substring() of a tail reads only the slice it needs.
+alter table donto.revision alter column body_tail set storage external;
+
+alter table donto.revision add constraint revision_body_stored check (
+    (
+        body is not null and body_base is null and body_tail is null
+        and body_chain_root is null and body_chain_index is null
+    )
+    or (
+        body is null and body_base is not null and body_tail is not null
+        and body_chain_root is not null and body_chain_index is not null
+    )
+);
+
+-- The revision at index i of a chain (a base), and the chain's latest (fork or not): one
+-- revision per place.
+create unique index revision_body_chain_idx
+on donto.revision (body_chain_root, body_chain_index)
+where body_chain_root is not null;
+
+
+insert into donto.migration (name, sha256) values ('038-revision-delta.sql', '02f7ad08789bcc39631757750b74e0be4ce26cb8a815b7b4f60c1dd8371d464f');
+
 -- sql/010-append-only.sql
 -- Invariant I3: append-only (SQLSTATE DI003). No UPDATE, DELETE or TRUNCATE may change or
 -- remove a fact, for any role, the owner included, also with session_replication_role =
@@ -1816,8 +1859,8 @@ comment on function donto.adopt_logins(text[]) is
 'Bind login names (null: every stale one) to the roles that have them now (owner only); '
 'returns the names adopted. Volatile, security definer.';
 
-create or replace function donto.register_revision(
-    document_iri text, body text, meta jsonb default '{}'
+create or replace function donto._register_revision(
+    document_iri text, body text, meta jsonb, p_extends bigint
 )
 returns bigint
 language plpgsql
@@ -1826,7 +1869,18 @@ security definer
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Register BODY as a revision of the document DOCUMENT_IRI and return its id.
+Register BODY as a revision of the document DOCUMENT_IRI and return its id: the work of
+donto.register_revision (P_EXTENDS null) and of donto.extend_revision, which passes as
+P_EXTENDS the revision of the document that BODY extends, checked to be a prefix of BODY
+(donto._extension_fault). A new revision that extends the latest revision of a chain of
+extensions (index i - 1; a revision stored whole is the root of its own chain, index 0)
+is stored as index i of that chain: BODY_TAIL, the text after the revision at index
+(i & (i - 1)) of the chain (BODY_BASE), and no body (skip-deltas: donto.revision_body
+reads the root and at most log2(i) + 1 tails). Any other new revision (P_EXTENDS null,
+or a fork: a revision that extends one which is not its chain's latest) is stored
+whole. Not granted to writers: a base that is not a prefix would change what a
+revision reads.
+
 Content-addressed within the document: the id is that of SHA-256(body) among the
 document's revisions; registering the same body again (also concurrently) returns the
 existing id. The same body under another document is that document's own revision (a
@@ -1843,6 +1897,10 @@ declare
     v_rev bigint;
     v_prev bigint;
     v_fault text;
+    v_root bigint;
+    v_index integer;
+    v_base bigint;
+    v_base_chars integer;
 begin
     if document_iri is null or btrim(document_iri) = '' then
         raise exception 'donto.register_revision: document_iri is empty' using errcode = '22023';
@@ -1892,10 +1950,51 @@ begin
         end if;
     end if;
 
-    insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
-    values (v_doc, v_sha, body, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'))
-    on conflict (document_id, sha256) do nothing
-    returning revision_id into v_rev;
+    if p_extends is not null then
+        -- The chain P_EXTENDS is in, its place there, and whether it is the chain's latest.
+        select coalesce(r.body_chain_root, r.revision_id), coalesce(r.body_chain_index, 0)
+        into v_root, v_index
+        from donto.revision as r
+        where r.revision_id = p_extends and r.document_id = v_doc
+              and r.body_chars < pg_catalog.char_length(_register_revision.body);
+        if not found then
+            raise exception 'donto._register_revision: revision % is no shorter revision of %',
+                p_extends, document_iri using errcode = '22023';
+        end if;
+        if exists (select 1 from donto.revision as r
+                   where r.body_chain_root = v_root and r.body_chain_index > v_index) then
+            v_root := null;  -- a fork: stored whole
+        else
+            v_index := v_index + 1;
+            if (v_index & (v_index - 1)) = 0 then
+                v_base := v_root;
+            else
+                select r.revision_id into strict v_base from donto.revision as r
+                where r.body_chain_root = v_root
+                      and r.body_chain_index = (v_index & (v_index - 1));
+            end if;
+            select r.body_chars into strict v_base_chars from donto.revision as r
+            where r.revision_id = v_base;
+        end if;
+    end if;
+    if v_root is null then
+        insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
+        values (v_doc, v_sha, body, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'))
+        on conflict (document_id, sha256) do nothing
+        returning revision_id into v_rev;
+    else
+        insert into donto.revision (
+            document_id, sha256, body, body_chars, supersedes, meta, body_base, body_tail,
+            body_chain_root, body_chain_index
+        )
+        values (
+            v_doc, v_sha, null, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'),
+            v_base, pg_catalog.substr(_register_revision.body, v_base_chars + 1), v_root,
+            v_index
+        )
+        on conflict (document_id, sha256) do nothing
+        returning revision_id into v_rev;
+    end if;
     if v_rev is null then
         -- Lost a race with an identical registration: return the winner.
         select r.revision_id into strict v_rev from donto.revision as r
@@ -1903,6 +2002,35 @@ begin
     end if;
     return v_rev;
 end;
+$$;
+
+comment on function donto._register_revision(text, text, jsonb, bigint) is
+'Register a revision (donto.register_revision), stored as a skip-delta on an earlier '
+'revision of its chain when it extends the chain''s latest (donto.extend_revision); owner '
+'only.';
+
+create or replace function donto.register_revision(
+    document_iri text, body text, meta jsonb default '{}'
+)
+returns bigint
+language sql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Register BODY as a revision of the document DOCUMENT_IRI and return its id.
+Content-addressed within the document: the id is that of SHA-256(body) among the
+document's revisions; registering the same body again (also concurrently) returns the
+existing id. The same body under another document is that document's own revision (a
+public text registered first by somebody else blocks nobody). A different body for the
+same document is a new revision that supersedes the previous one, registered only by
+a session that may add to the document (donto._check_document_writer, 42501: a document
+is its first registrant's); the owner's session that does so for another login's
+document takes it (donto.document_grant). A new document's IRI must start with a scheme (chat:, file:,
+...; 22023 otherwise). A new text is stored whole (donto._register_revision).
+*/
+    select donto._register_revision(document_iri, body, meta, null);
 $$;
 
 comment on function donto.register_revision(text, text, jsonb) is
@@ -2164,6 +2292,58 @@ comment on function donto._claim_context(text, text, bigint, text) is
 'The id of a context for rows of a document, claiming it for the document if nobody owns it; '
 'refuses (42501) a context of another document, or another document''s reserved name.';
 
+create or replace function donto._revision_pieces(p_revision_id bigint)
+returns table (revision_id bigint, lo integer, hi integer)
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The pieces a revision's text is stored in: the revision, its base, its base's base, ...
+   down to the revision stored whole (donto.revision.body_base); each holds the characters
+   [lo, hi) of the text (its tail, or the whole body from 0). Reads no text. */
+    with recursive piece as (
+        select r.revision_id, r.body_base, r.body_chars as hi
+        from donto.revision as r
+        where r.revision_id = p_revision_id
+        union all
+        select r.revision_id, r.body_base, r.body_chars
+        from piece inner join donto.revision as r on piece.body_base = r.revision_id
+    )
+    select piece.revision_id, coalesce(b.body_chars, 0), piece.hi
+    from piece left join donto.revision as b on piece.body_base = b.revision_id;
+$$;
+
+comment on function donto._revision_pieces(bigint) is
+'The stored pieces of a revision''s text, [lo, hi) each: the root and at most log2(i) + 1 '
+'tails for the i-th revision of a chain of appends; reads no text.';
+
+create or replace function donto.revision_body(p_revision_id bigint)
+returns text
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The full text of a revision (null for no revision): its body when it is stored whole,
+   else its pieces joined (donto._revision_pieces: the root and at most log2(i) + 1
+   tails for the i-th revision of a chain of appends). The one reader of revision text with donto.span_text:
+   donto.revision.body is null for a revision stored as a delta. */
+    select case
+        when r.body is not null then r.body
+        else (select pg_catalog.string_agg(
+                  case when x.body is null then x.body_tail else x.body end, '' order by p.lo)
+              from donto._revision_pieces(r.revision_id) as p
+              inner join donto.revision as x on p.revision_id = x.revision_id)
+    end
+    from donto.revision as r
+    where r.revision_id = p_revision_id;
+$$;
+
+comment on function donto.revision_body(bigint) is
+'The full text of a revision, whether stored whole or as skip-deltas (donto.revision.body is '
+'null then); SHA-256 of it is the revision''s sha256.';
+
 create or replace function donto.span_text(p_revision_id bigint, p_start integer, p_end integer)
 returns text
 language sql
@@ -2171,9 +2351,26 @@ stable
 parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
-/* The exact text of [p_start, p_end) in a revision body (0-based offsets in characters,
-   not bytes). */
-    select substring(r.body from p_start + 1 for p_end - p_start)
+/* The exact text of [p_start, p_end) in a revision's text (0-based offsets in characters,
+   not bytes). A revision stored whole is sliced as it is; of one stored as a delta
+   (donto.revision_body), only the pieces that overlap the span are read, and only the
+   slice of each that it needs. */
+    select case
+        when r.body is not null then substring(r.body from p_start + 1 for p_end - p_start)
+        else coalesce(
+            (select pg_catalog.string_agg(
+                substring(
+                    case when x.body is null then x.body_tail else x.body end
+                    from greatest(p_start, p.lo) - p.lo + 1
+                    for least(p_end, p.hi) - greatest(p_start, p.lo)
+                ), '' order by p.lo)
+             from donto._revision_pieces(r.revision_id) as p
+             inner join donto.revision as x on p.revision_id = x.revision_id
+             where p.lo < p_end and p.hi > p_start),
+            -- no piece: as substring() of a whole body ('' or the error of a negative span)
+            substring('' from 1 for p_end - p_start)
+        )
+    end
     from donto.revision as r
     where r.revision_id = p_revision_id;
 $$;
@@ -5896,7 +6093,7 @@ is done with). It stays unextracted; a run that has only such blocks left is com
                 ))
             or (h.latest is not null and not h.latest_extends
                 and pg_catalog.strpos(
-                    (select lr.body from donto.revision as lr where lr.revision_id = h.latest),
+                    donto.revision_body(h.latest),
                     donto.span_text(b.revision_id, b.char_start, b.char_end)
                 ) = 0)
         )
@@ -8449,6 +8646,7 @@ would keep them.
 */
 declare
     v_base donto.revision;
+    v_old text := donto.revision_body(p_base);
     v_chars integer := pg_catalog.char_length(body);
     v_n integer;
     v_bad integer;
@@ -8464,12 +8662,12 @@ begin
             v_base.login_role);
     end if;
     if v_chars <= v_base.body_chars
-       or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
+       or pg_catalog.left(body, v_base.body_chars) <> v_old then
         -- The first character where they differ (binary search on prefixes).
         v_hi := least(v_chars, v_base.body_chars);
         while v_lo < v_hi loop
             v_mid := (v_lo + v_hi + 1) / 2;
-            if pg_catalog.left(body, v_mid) = pg_catalog.left(v_base.body, v_mid) then
+            if pg_catalog.left(body, v_mid) = pg_catalog.left(v_old, v_mid) then
                 v_lo := v_mid;
             else
                 v_hi := v_mid - 1;
@@ -8583,7 +8781,8 @@ begin
                   hint = 'A changed conversation is a new revision: donto.register_revision.';
     end if;
 
-    v_rev := donto.register_revision(document_iri, body, meta);
+    -- Stored as a skip-delta on an earlier revision of the chain when V_BASE is its latest.
+    v_rev := donto._register_revision(document_iri, body, meta, v_base);
     insert into donto.revision_extension (revision_id, extends_revision_id, prefix_chars)
     select v_rev, r.revision_id, r.body_chars from donto.revision as r
     where r.revision_id = v_base;
@@ -8706,7 +8905,8 @@ begin
         select r.appended into v_text
         from donto._render_turns(turns, v_x.prefix_chars, v_prev) as r;
         if v_x.prefix_chars + pg_catalog.char_length(v_text) = v_base.body_chars
-           and substring(v_base.body from v_x.prefix_chars + 1) = v_text then
+           and donto.span_text(v_base.revision_id, v_x.prefix_chars, v_base.body_chars)
+               = v_text then
             return v_base.revision_id;
         end if;
     end if;
@@ -8731,7 +8931,8 @@ begin
                order by t.seq), '[]'::jsonb)
     into v_all
     from donto.turn as t where t.revision_id = v_base.revision_id;
-    return donto.extend_revision(document_iri, v_base.body || v_text, v_all || v_rows,
+    return donto.extend_revision(document_iri, donto.revision_body(v_base.revision_id) || v_text,
+                                 v_all || v_rows,
                                  coalesce(meta, '{}') || v_base.meta);
 end;
 $$;
@@ -10163,9 +10364,9 @@ no user turn holds it). For donto._standing_from_claims.
         xc.statement_id, xc.claim_index, cs.subject,
         pg_catalog.substr(cs.predicate, pg_catalog.length('mem:standing/') + 1),
         cs.is_hypothesis, el.char_start, el.char_end,
-        pg_catalog.substr(rv.body, el.char_start + 1, el.char_end - el.char_start),
+        donto.span_text(rv.revision_id, el.char_start, el.char_end),
         t.seq, t.turn_id, t.time_anchor, t.char_start,
-        pg_catalog.substr(rv.body, t.char_start + 1, t.char_end - t.char_start)
+        donto.span_text(rv.revision_id, t.char_start, t.char_end)
     from donto.x_claim as xc
     inner join donto.statement as cs on xc.statement_id = cs.statement_id
     inner join donto.evidence_link as el on xc.statement_id = el.statement_id
@@ -11509,6 +11710,7 @@ grant execute on all functions in schema donto to donto_writer;
 -- Internal definers that only other definers call, after their own checks (which
 -- document owns the revision, the projection, the response): a writer calling them
 -- directly would skip those checks.
+revoke execute on function donto._register_revision(text, text, jsonb, bigint) from donto_writer;
 revoke execute on function donto._extend_projections(bigint, bigint) from donto_writer;
 revoke execute on function donto._extend_recall(bigint, bigint) from donto_writer;
 revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;
@@ -11800,11 +12002,28 @@ comment on column donto.revision.revision_id is
 comment on column donto.revision.document_id is
 'The document this is a revision of.';
 comment on column donto.revision.sha256 is
-'SHA-256 of the body (32 bytes): the revision''s content address, unique.';
+'SHA-256 of the whole text (32 bytes, donto.revision_body): the revision''s content address, '
+'unique.';
 comment on column donto.revision.body is
-'The canonical text, immutable; every offset in the schema counts characters of it.';
+'The canonical text, immutable, when the revision is stored whole; null for a revision '
+'stored as a skip-delta (body_tail): read the text with donto.revision_body or '
+'donto.span_text. Every offset in the schema counts characters of the whole text.';
 comment on column donto.revision.body_chars is
-'Length of the body in characters (not bytes).';
+'Length of the whole text in characters (not bytes), however it is stored.';
+comment on column donto.revision.body_base is
+'For a revision stored as a skip-delta (migration 038): the earlier revision of the same '
+'chain of appends whose whole text is this text''s prefix (the one at index '
+'body_chain_index & (body_chain_index - 1), the chain''s root for 0); null when stored '
+'whole.';
+comment on column donto.revision.body_tail is
+'For a revision stored as a skip-delta: its text after that of body_base (the text is '
+'donto.revision_body(body_base) || body_tail); null when stored whole.';
+comment on column donto.revision.body_chain_root is
+'For a revision stored as a skip-delta: the revision stored whole that starts its chain of '
+'appends (index 0); null when stored whole (a root of its own chain).';
+comment on column donto.revision.body_chain_index is
+'For a revision stored as a skip-delta: its place i >= 1 in its chain of appends (the i-th '
+'append on the root); its text is read from at most log2(i) + 1 tails and the root.';
 comment on column donto.revision.supersedes is
 'The earlier revision of the same document this one replaces, if any.';
 comment on column donto.revision.meta is

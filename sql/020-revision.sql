@@ -537,8 +537,8 @@ comment on function donto.adopt_logins(text[]) is
 'Bind login names (null: every stale one) to the roles that have them now (owner only); '
 'returns the names adopted. Volatile, security definer.';
 
-create or replace function donto.register_revision(
-    document_iri text, body text, meta jsonb default '{}'
+create or replace function donto._register_revision(
+    document_iri text, body text, meta jsonb, p_extends bigint
 )
 returns bigint
 language plpgsql
@@ -547,7 +547,18 @@ security definer
 set search_path to pg_catalog, pg_temp
 as $$
 /*
-Register BODY as a revision of the document DOCUMENT_IRI and return its id.
+Register BODY as a revision of the document DOCUMENT_IRI and return its id: the work of
+donto.register_revision (P_EXTENDS null) and of donto.extend_revision, which passes as
+P_EXTENDS the revision of the document that BODY extends, checked to be a prefix of BODY
+(donto._extension_fault). A new revision that extends the latest revision of a chain of
+extensions (index i - 1; a revision stored whole is the root of its own chain, index 0)
+is stored as index i of that chain: BODY_TAIL, the text after the revision at index
+(i & (i - 1)) of the chain (BODY_BASE), and no body (skip-deltas: donto.revision_body
+reads the root and at most log2(i) + 1 tails). Any other new revision (P_EXTENDS null,
+or a fork: a revision that extends one which is not its chain's latest) is stored
+whole. Not granted to writers: a base that is not a prefix would change what a
+revision reads.
+
 Content-addressed within the document: the id is that of SHA-256(body) among the
 document's revisions; registering the same body again (also concurrently) returns the
 existing id. The same body under another document is that document's own revision (a
@@ -564,6 +575,10 @@ declare
     v_rev bigint;
     v_prev bigint;
     v_fault text;
+    v_root bigint;
+    v_index integer;
+    v_base bigint;
+    v_base_chars integer;
 begin
     if document_iri is null or btrim(document_iri) = '' then
         raise exception 'donto.register_revision: document_iri is empty' using errcode = '22023';
@@ -613,10 +628,51 @@ begin
         end if;
     end if;
 
-    insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
-    values (v_doc, v_sha, body, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'))
-    on conflict (document_id, sha256) do nothing
-    returning revision_id into v_rev;
+    if p_extends is not null then
+        -- The chain P_EXTENDS is in, its place there, and whether it is the chain's latest.
+        select coalesce(r.body_chain_root, r.revision_id), coalesce(r.body_chain_index, 0)
+        into v_root, v_index
+        from donto.revision as r
+        where r.revision_id = p_extends and r.document_id = v_doc
+              and r.body_chars < pg_catalog.char_length(_register_revision.body);
+        if not found then
+            raise exception 'donto._register_revision: revision % is no shorter revision of %',
+                p_extends, document_iri using errcode = '22023';
+        end if;
+        if exists (select 1 from donto.revision as r
+                   where r.body_chain_root = v_root and r.body_chain_index > v_index) then
+            v_root := null;  -- a fork: stored whole
+        else
+            v_index := v_index + 1;
+            if (v_index & (v_index - 1)) = 0 then
+                v_base := v_root;
+            else
+                select r.revision_id into strict v_base from donto.revision as r
+                where r.body_chain_root = v_root
+                      and r.body_chain_index = (v_index & (v_index - 1));
+            end if;
+            select r.body_chars into strict v_base_chars from donto.revision as r
+            where r.revision_id = v_base;
+        end if;
+    end if;
+    if v_root is null then
+        insert into donto.revision (document_id, sha256, body, body_chars, supersedes, meta)
+        values (v_doc, v_sha, body, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'))
+        on conflict (document_id, sha256) do nothing
+        returning revision_id into v_rev;
+    else
+        insert into donto.revision (
+            document_id, sha256, body, body_chars, supersedes, meta, body_base, body_tail,
+            body_chain_root, body_chain_index
+        )
+        values (
+            v_doc, v_sha, null, pg_catalog.char_length(body), v_prev, coalesce(meta, '{}'),
+            v_base, pg_catalog.substr(_register_revision.body, v_base_chars + 1), v_root,
+            v_index
+        )
+        on conflict (document_id, sha256) do nothing
+        returning revision_id into v_rev;
+    end if;
     if v_rev is null then
         -- Lost a race with an identical registration: return the winner.
         select r.revision_id into strict v_rev from donto.revision as r
@@ -624,6 +680,35 @@ begin
     end if;
     return v_rev;
 end;
+$$;
+
+comment on function donto._register_revision(text, text, jsonb, bigint) is
+'Register a revision (donto.register_revision), stored as a skip-delta on an earlier '
+'revision of its chain when it extends the chain''s latest (donto.extend_revision); owner '
+'only.';
+
+create or replace function donto.register_revision(
+    document_iri text, body text, meta jsonb default '{}'
+)
+returns bigint
+language sql
+volatile
+security definer
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+Register BODY as a revision of the document DOCUMENT_IRI and return its id.
+Content-addressed within the document: the id is that of SHA-256(body) among the
+document's revisions; registering the same body again (also concurrently) returns the
+existing id. The same body under another document is that document's own revision (a
+public text registered first by somebody else blocks nobody). A different body for the
+same document is a new revision that supersedes the previous one, registered only by
+a session that may add to the document (donto._check_document_writer, 42501: a document
+is its first registrant's); the owner's session that does so for another login's
+document takes it (donto.document_grant). A new document's IRI must start with a scheme (chat:, file:,
+...; 22023 otherwise). A new text is stored whole (donto._register_revision).
+*/
+    select donto._register_revision(document_iri, body, meta, null);
 $$;
 
 comment on function donto.register_revision(text, text, jsonb) is
@@ -885,6 +970,58 @@ comment on function donto._claim_context(text, text, bigint, text) is
 'The id of a context for rows of a document, claiming it for the document if nobody owns it; '
 'refuses (42501) a context of another document, or another document''s reserved name.';
 
+create or replace function donto._revision_pieces(p_revision_id bigint)
+returns table (revision_id bigint, lo integer, hi integer)
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The pieces a revision's text is stored in: the revision, its base, its base's base, ...
+   down to the revision stored whole (donto.revision.body_base); each holds the characters
+   [lo, hi) of the text (its tail, or the whole body from 0). Reads no text. */
+    with recursive piece as (
+        select r.revision_id, r.body_base, r.body_chars as hi
+        from donto.revision as r
+        where r.revision_id = p_revision_id
+        union all
+        select r.revision_id, r.body_base, r.body_chars
+        from piece inner join donto.revision as r on piece.body_base = r.revision_id
+    )
+    select piece.revision_id, coalesce(b.body_chars, 0), piece.hi
+    from piece left join donto.revision as b on piece.body_base = b.revision_id;
+$$;
+
+comment on function donto._revision_pieces(bigint) is
+'The stored pieces of a revision''s text, [lo, hi) each: the root and at most log2(i) + 1 '
+'tails for the i-th revision of a chain of appends; reads no text.';
+
+create or replace function donto.revision_body(p_revision_id bigint)
+returns text
+language sql
+stable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The full text of a revision (null for no revision): its body when it is stored whole,
+   else its pieces joined (donto._revision_pieces: the root and at most log2(i) + 1
+   tails for the i-th revision of a chain of appends). The one reader of revision text with donto.span_text:
+   donto.revision.body is null for a revision stored as a delta. */
+    select case
+        when r.body is not null then r.body
+        else (select pg_catalog.string_agg(
+                  case when x.body is null then x.body_tail else x.body end, '' order by p.lo)
+              from donto._revision_pieces(r.revision_id) as p
+              inner join donto.revision as x on p.revision_id = x.revision_id)
+    end
+    from donto.revision as r
+    where r.revision_id = p_revision_id;
+$$;
+
+comment on function donto.revision_body(bigint) is
+'The full text of a revision, whether stored whole or as skip-deltas (donto.revision.body is '
+'null then); SHA-256 of it is the revision''s sha256.';
+
 create or replace function donto.span_text(p_revision_id bigint, p_start integer, p_end integer)
 returns text
 language sql
@@ -892,9 +1029,26 @@ stable
 parallel safe
 set search_path to pg_catalog, pg_temp
 as $$
-/* The exact text of [p_start, p_end) in a revision body (0-based offsets in characters,
-   not bytes). */
-    select substring(r.body from p_start + 1 for p_end - p_start)
+/* The exact text of [p_start, p_end) in a revision's text (0-based offsets in characters,
+   not bytes). A revision stored whole is sliced as it is; of one stored as a delta
+   (donto.revision_body), only the pieces that overlap the span are read, and only the
+   slice of each that it needs. */
+    select case
+        when r.body is not null then substring(r.body from p_start + 1 for p_end - p_start)
+        else coalesce(
+            (select pg_catalog.string_agg(
+                substring(
+                    case when x.body is null then x.body_tail else x.body end
+                    from greatest(p_start, p.lo) - p.lo + 1
+                    for least(p_end, p.hi) - greatest(p_start, p.lo)
+                ), '' order by p.lo)
+             from donto._revision_pieces(r.revision_id) as p
+             inner join donto.revision as x on p.revision_id = x.revision_id
+             where p.lo < p_end and p.hi > p_start),
+            -- no piece: as substring() of a whole body ('' or the error of a negative span)
+            substring('' from 1 for p_end - p_start)
+        )
+    end
     from donto.revision as r
     where r.revision_id = p_revision_id;
 $$;

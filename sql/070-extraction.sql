@@ -841,7 +841,7 @@ is done with). It stays unextracted; a run that has only such blocks left is com
                 ))
             or (h.latest is not null and not h.latest_extends
                 and pg_catalog.strpos(
-                    (select lr.body from donto.revision as lr where lr.revision_id = h.latest),
+                    donto.revision_body(h.latest),
                     donto.span_text(b.revision_id, b.char_start, b.char_end)
                 ) = 0)
         )

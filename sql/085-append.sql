@@ -73,6 +73,7 @@ would keep them.
 */
 declare
     v_base donto.revision;
+    v_old text := donto.revision_body(p_base);
     v_chars integer := pg_catalog.char_length(body);
     v_n integer;
     v_bad integer;
@@ -88,12 +89,12 @@ begin
             v_base.login_role);
     end if;
     if v_chars <= v_base.body_chars
-       or pg_catalog.left(body, v_base.body_chars) <> v_base.body then
+       or pg_catalog.left(body, v_base.body_chars) <> v_old then
         -- The first character where they differ (binary search on prefixes).
         v_hi := least(v_chars, v_base.body_chars);
         while v_lo < v_hi loop
             v_mid := (v_lo + v_hi + 1) / 2;
-            if pg_catalog.left(body, v_mid) = pg_catalog.left(v_base.body, v_mid) then
+            if pg_catalog.left(body, v_mid) = pg_catalog.left(v_old, v_mid) then
                 v_lo := v_mid;
             else
                 v_hi := v_mid - 1;
@@ -207,7 +208,8 @@ begin
                   hint = 'A changed conversation is a new revision: donto.register_revision.';
     end if;
 
-    v_rev := donto.register_revision(document_iri, body, meta);
+    -- Stored as a skip-delta on an earlier revision of the chain when V_BASE is its latest.
+    v_rev := donto._register_revision(document_iri, body, meta, v_base);
     insert into donto.revision_extension (revision_id, extends_revision_id, prefix_chars)
     select v_rev, r.revision_id, r.body_chars from donto.revision as r
     where r.revision_id = v_base;
@@ -330,7 +332,8 @@ begin
         select r.appended into v_text
         from donto._render_turns(turns, v_x.prefix_chars, v_prev) as r;
         if v_x.prefix_chars + pg_catalog.char_length(v_text) = v_base.body_chars
-           and substring(v_base.body from v_x.prefix_chars + 1) = v_text then
+           and donto.span_text(v_base.revision_id, v_x.prefix_chars, v_base.body_chars)
+               = v_text then
             return v_base.revision_id;
         end if;
     end if;
@@ -355,7 +358,8 @@ begin
                order by t.seq), '[]'::jsonb)
     into v_all
     from donto.turn as t where t.revision_id = v_base.revision_id;
-    return donto.extend_revision(document_iri, v_base.body || v_text, v_all || v_rows,
+    return donto.extend_revision(document_iri, donto.revision_body(v_base.revision_id) || v_text,
+                                 v_all || v_rows,
                                  coalesce(meta, '{}') || v_base.meta);
 end;
 $$;

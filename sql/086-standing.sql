@@ -281,9 +281,9 @@ no user turn holds it). For donto._standing_from_claims.
         xc.statement_id, xc.claim_index, cs.subject,
         pg_catalog.substr(cs.predicate, pg_catalog.length('mem:standing/') + 1),
         cs.is_hypothesis, el.char_start, el.char_end,
-        pg_catalog.substr(rv.body, el.char_start + 1, el.char_end - el.char_start),
+        donto.span_text(rv.revision_id, el.char_start, el.char_end),
         t.seq, t.turn_id, t.time_anchor, t.char_start,
-        pg_catalog.substr(rv.body, t.char_start + 1, t.char_end - t.char_start)
+        donto.span_text(rv.revision_id, t.char_start, t.char_end)
     from donto.x_claim as xc
     inner join donto.statement as cs on xc.statement_id = cs.statement_id
     inner join donto.evidence_link as el on xc.statement_id = el.statement_id

@@ -101,6 +101,7 @@ grant execute on all functions in schema donto to donto_writer;
 -- Internal definers that only other definers call, after their own checks (which
 -- document owns the revision, the projection, the response): a writer calling them
 -- directly would skip those checks.
+revoke execute on function donto._register_revision(text, text, jsonb, bigint) from donto_writer;
 revoke execute on function donto._extend_projections(bigint, bigint) from donto_writer;
 revoke execute on function donto._extend_recall(bigint, bigint) from donto_writer;
 revoke execute on function donto._extend_extraction(bigint, bigint) from donto_writer;

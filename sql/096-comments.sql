@@ -102,11 +102,28 @@ comment on column donto.revision.revision_id is
 comment on column donto.revision.document_id is
 'The document this is a revision of.';
 comment on column donto.revision.sha256 is
-'SHA-256 of the body (32 bytes): the revision''s content address, unique.';
+'SHA-256 of the whole text (32 bytes, donto.revision_body): the revision''s content address, '
+'unique.';
 comment on column donto.revision.body is
-'The canonical text, immutable; every offset in the schema counts characters of it.';
+'The canonical text, immutable, when the revision is stored whole; null for a revision '
+'stored as a skip-delta (body_tail): read the text with donto.revision_body or '
+'donto.span_text. Every offset in the schema counts characters of the whole text.';
 comment on column donto.revision.body_chars is
-'Length of the body in characters (not bytes).';
+'Length of the whole text in characters (not bytes), however it is stored.';
+comment on column donto.revision.body_base is
+'For a revision stored as a skip-delta (migration 038): the earlier revision of the same '
+'chain of appends whose whole text is this text''s prefix (the one at index '
+'body_chain_index & (body_chain_index - 1), the chain''s root for 0); null when stored '
+'whole.';
+comment on column donto.revision.body_tail is
+'For a revision stored as a skip-delta: its text after that of body_base (the text is '
+'donto.revision_body(body_base) || body_tail); null when stored whole.';
+comment on column donto.revision.body_chain_root is
+'For a revision stored as a skip-delta: the revision stored whole that starts its chain of '
+'appends (index 0); null when stored whole (a root of its own chain).';
+comment on column donto.revision.body_chain_index is
+'For a revision stored as a skip-delta: its place i >= 1 in its chain of appends (the i-th '
+'append on the root); its text is read from at most log2(i) + 1 tails and the root.';
 comment on column donto.revision.supersedes is
 'The earlier revision of the same document this one replaces, if any.';
 comment on column donto.revision.meta is

@@ -15,7 +15,7 @@ from donto_pg.core.anchor import anchor
 from donto_pg.core.claims import MAX_FIELD_CHARS, injection_signals, parse_response
 from donto_pg.core.segmenter import DEFAULT_PARAMS, iter_segments
 from donto_pg.server.interrupt import interrupt_check
-from donto_pg.server.revision import revision_body, turn_rows
+from donto_pg.server.revision import revision_body, spans_sql, turn_rows
 
 
 def dumps(obj) -> str:
@@ -118,11 +118,7 @@ def render_for_extraction(plpy, block_id: int, run_id: int | None) -> str:
     if row["prefix_start"] is not None:
         starts.append(row["prefix_start"])
         ends.append(row["prefix_end"])
-    plan = plpy.prepare(
-        "select substring(r.body from x.s + 1 for x.e - x.s) as t "
-        "from donto.revision as r, unnest($2::integer[], $3::integer[]) "
-        "with ordinality as x (s, e, i) where r.revision_id = $1 order by x.i",
-        ["bigint", "integer[]", "integer[]"])
+    plan = plpy.prepare(spans_sql(), ["bigint", "integer[]", "integer[]"])
     texts = [r["t"] for r in plpy.execute(plan, [row["revision_id"], starts, ends])]
     # Forgotten words (recall chunks retracted by hand, donto._forgotten_text) are clipped
     # out, as recall's turn blocks clip them: an utterance keeps its other pieces joined by

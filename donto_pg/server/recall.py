@@ -5,12 +5,12 @@ from __future__ import annotations
 from donto_pg.core import encoder
 from donto_pg.core.windows import recall_windows as windows
 from donto_pg.core.windows import window_dates
-from donto_pg.server.revision import turn_rows
+from donto_pg.server.revision import text_sql, turn_rows
 
 
 def recall_windows(plpy, revision_id: int, window: int) -> list[tuple]:
     """Rows (chunk_index, char_start, char_end, text, first_date, min_date, max_date)."""
-    plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
+    plan = plpy.prepare(text_sql(), ["bigint"])
     rows = plpy.execute(plan, [revision_id])
     if not rows:
         plpy.error(f"donto.project_recall: no revision {revision_id}", sqlstate="22023")
@@ -28,8 +28,8 @@ def recall_windows_from(plpy, revision_id: int, window: int, start: int) -> list
     revision from the window boundary START on, reading only the body after START
     (``donto._recall_windows_from``: a revision that extends another is cut again only
     from the old last window)."""
-    plan = plpy.prepare("select substring(body from $2 + 1) as tail from donto.revision "
-                        "where revision_id = $1", ["bigint", "integer"])
+    plan = plpy.prepare("select donto.span_text(revision_id, $2, body_chars) as tail "
+                        "from donto.revision where revision_id = $1", ["bigint", "integer"])
     rows = plpy.execute(plan, [revision_id, start])
     if not rows:
         plpy.error(f"donto._recall_windows_from: no revision {revision_id}", sqlstate="22023")
@@ -59,7 +59,7 @@ def turn_key_texts(plpy, revision_id: int) -> list[tuple]:
     """Rows (seq, header_start, char_start, char_end, text) of the user turns of a revision
     with text (``donto._turn_key_texts``): the body is read once and sliced here (one
     SQL substr per turn would read a 2-million-character body once per turn)."""
-    plan = plpy.prepare("select body from donto.revision where revision_id = $1", ["bigint"])
+    plan = plpy.prepare(text_sql(), ["bigint"])
     rows = plpy.execute(plan, [revision_id])
     if not rows:
         plpy.error(f"donto._turn_key_texts: no revision {revision_id}", sqlstate="22023")

@@ -539,8 +539,7 @@ def test_appended_turns_that_go_back_in_date_or_pose_as_headers(db):
     assert notices == [f"donto.record_turns: revision {rev}: 1 turn dated before a turn before "
                        "it in its session: turn id 2 (kept; what they say supersedes by the "
                        "order of the conversation, not by date; dates are compared by day)"]
-    body = db.execute("select body from donto.revision where revision_id = %s", (rev,)
-                      ).fetchone()[0]
+    body = db.execute("select donto.revision_body(%s)", (rev,)).fetchone()[0]
     assert "\n\\[user #61]\u00a0Never" in body
     assert db.execute("select count(*) from donto.turn where revision_id = %s", (rev,)
                       ).fetchone() == (3,)

@@ -121,7 +121,7 @@ def test_append_equals_loading_from_scratch(db, request, qvecs):
     report = embed_pending(db, progress=False)
 
     body, spans = beam.format_chat(new)
-    assert db.execute("select body from donto.revision where revision_id = %s",
+    assert db.execute("select donto.revision_body(%s)",
                       (rev2,)).fetchone()[0] == body
     assert db.execute("select count(*) from donto.turn where revision_id = %s",
                       (rev2,)).fetchone()[0] == len(spans)
@@ -202,7 +202,7 @@ def test_append_is_idempotent_and_refuses_what_does_not_extend(db, connect):
     db.commit()
     assert counts(db) == snap
 
-    body2 = db.execute("select body from donto.revision where revision_id = %s",
+    body2 = db.execute("select donto.revision_body(%s)",
                        (rev2,)).fetchone()[0]
     turns2 = json.dumps(db.execute(
         "select jsonb_agg(to_jsonb(t) - 'revision_id' order by seq) from donto.turn as t "
@@ -214,7 +214,7 @@ def test_append_is_idempotent_and_refuses_what_does_not_extend(db, connect):
         db.execute("select donto.extend_revision(%s, %s, %s::jsonb)", (IRI, changed, turns2))
     db.rollback()
     # a shorter body (the revision it extends) is refused too
-    body1 = db.execute("select body from donto.revision where revision_id = %s",
+    body1 = db.execute("select donto.revision_body(%s)",
                        (rev1,)).fetchone()[0]
     db.commit()
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="does not extend"):
@@ -266,7 +266,7 @@ def test_append_is_idempotent_and_refuses_what_does_not_extend(db, connect):
                       "where revision_id = %s order by seq desc limit 1", (rev2,)).fetchone()
     assert last == [(prev[0] + 2, "assistant", prev[1], prev[2] + 1),
                     (prev[0] + 1, "user", prev[1], prev[2] + 1)]
-    body3 = db.execute("select body from donto.revision where revision_id = %s",
+    body3 = db.execute("select donto.revision_body(%s)",
                        (rev3,)).fetchone()[0]
     assert body3.startswith(body2) and body3.endswith(f"\n[assistant #{last[0][0]}] Sure.\n")
     got = db.execute("select char_start, char_end, chunk_text from donto.revision_chunks(%s) "

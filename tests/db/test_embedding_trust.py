@@ -304,8 +304,7 @@ def test_nothing_builds_on_a_text_registered_but_not_projected(db, logins):
     db.commit()
     assert db.execute("select extends_revision_id from donto.revision_extension "
                       "where revision_id = %s", (new,)).fetchone() == (rev,)
-    text = db.execute("select body from donto.revision where revision_id = %s",
-                      (new,)).fetchone()[0]
+    text = db.execute("select donto.revision_body(%s)", (new,)).fetchone()[0]
     assert "Acme" in text and "EvilCorp" not in text
     hits = api.recall(db, "what is my bank", document="chat:victim/c1", arms="lexical")
     assert {h.revision_id for h in hits} <= {rev, new} and any(
