@@ -860,9 +860,9 @@ begin
     from donto.revision_extension as x
     inner join donto.turn as t on x.extends_revision_id = t.revision_id
     where x.revision_id = p_revision_id;
-    select donto._turns_dated_back(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+    select donto._turns_dated_back(coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                'turn_id', t.turn_id, 'session', t.session, 'date', t.time_anchor)
-               order by t.seq), v_since)
+               order by t.seq), '[]'), v_since)
     into v_note
     from donto._turn_rows(p_turns) as t;
     if v_note is not null then

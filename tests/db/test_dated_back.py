@@ -115,3 +115,19 @@ def test_the_cli_add_warns_on_stderr_and_in_json(db, tmp_path):
         f"donto.record_turns: revision {data['revision_id']}: 1 turn dated before a turn before "
         "it in its session: turn id 2 (kept; what they say supersedes by the order of the "
         "conversation, not by date; dates are compared by day)"]
+
+
+def test_an_empty_turn_table_is_recorded_without_a_notice(db):
+    """A text registered without turns (a plain document) has an empty turn table, and so
+    has a longer text of it: recording one failed in the dated-back check (a Python
+    TypeError on a null table) instead of recording nothing."""
+    notices = heard(db)
+    rev = db.execute("select donto.register_revision('doc:t/plain', 'one line\n')").fetchone()[0]
+    assert db.execute("select donto.record_turns(%s, '[]')", (rev,)).fetchone() == (0,)
+    longer = db.execute("select donto.extend_revision('doc:t/plain', 'one line\ntwo lines\n', "
+                        "'[]')").fetchone()[0]
+    db.commit()
+    assert longer != rev
+    assert db.execute("select count(*) from donto.turn where revision_id in (%s, %s)",
+                      (rev, longer)).fetchone() == (0,)
+    assert not [n for n in notices if "dated before" in n]
