@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 
 import pytest
 from psycopg import errors
@@ -81,12 +82,21 @@ QUOTING = {"subject": "user", "predicate": "bank PIN is", "object": SECRET,
            "quote": PIN_QUOTE, "turn": 2, "hypothesis": False}
 
 
+# a claim's words: where the PIN can stand. The rest of its row is bookkeeping (ids, the
+# filing login's random hex name, its pid, its transaction time's microseconds) whose digits
+# spell 4417 by chance, about once in a few thousand rows.
+CLAIM_WORDS = "concat_ws(' ', c.subject, c.predicate, c.object, c.quote, c.evidence_text)"
+
+
 def _current_pin_claims(conn) -> int:
+    """The current claims whose words (subject, predicate, object, quote, evidence) hold the
+    PIN, counted through donto.statement_current and through donto.claims_as_of(now()):
+    the two agree."""
     n = conn.execute("select count(*) from donto.claim_provenance as c "
                      "join donto.statement_current as s on s.statement_id = c.claim_id "
-                     "where s.object_lit::text like %s", (f"%{SECRET}%",)).fetchone()[0]
+                     f"where {CLAIM_WORDS} like %s", (f"%{SECRET}%",)).fetchone()[0]
     m = conn.execute("select count(*) from donto.claims_as_of(now()) as c "
-                     "where c::text like %s", (f"%{SECRET}%",)).fetchone()[0]
+                     f"where {CLAIM_WORDS} like %s", (f"%{SECRET}%",)).fetchone()[0]
     conn.commit()
     assert n == m
     return n
@@ -408,6 +418,37 @@ def test_a_prompt_rendered_while_the_forgetting_waited_loses_its_claims(db, logi
     assert not t.is_alive() and not failed, failed
     _ingest(worker, block, run, [HYPOTHESIS])
     assert _current_pin_claims(r) == 0
+
+
+def test_the_pin_count_reads_a_claims_words_not_its_bookkeeping(db, logins, monkeypatch):
+    """_current_pin_claims looks for the PIN in a claim's words only. It once searched
+    claims_as_of's whole row text and, 1 run in a few thousand, found 4417 in the filing
+    login's random name (or its pid, or its time's microseconds): the "tea" claim above,
+    current and rightly so (its block holds nothing forgotten), counted as a PIN claim
+    (assert 0 == 1). A PIN in a claim's quote and evidence, not its object, counts."""
+    real = uuid.uuid4
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(hex="4417" + real().hex[4:]))
+    alice, _, a, r = _alice_and_reader(logins)  # login_4417...: on every claim filed
+    monkeypatch.undo()
+    assert SECRET in alice
+    rev = api.add_conversation(a, _long_turn_chat(), "chat:forget3/words", embed=False)
+    block = _pin_block(a, rev)
+    other = _texts(a, "select block_id from donto.extraction_block where revision_id = %s "
+                   "and block_id <> %s order by seq limit 1", (rev, block))[0]
+    turn = _texts(a, "select (turns -> 0 ->> 'turn_id')::integer from donto.extraction_block "
+                  "where block_id = %s", (other,))[0]
+    _ingest(a, other, _run(a, "tea"), [{"subject": "user", "predicate": "likes",
+                                        "object": "tea", "quote": None, "turn": turn,
+                                        "hypothesis": True}])
+    assert _current_pin_claims(r) == 0
+    quoted = {"subject": "user", "predicate": "keeps", "object": "a bank PIN",
+              "quote": PIN_QUOTE, "turn": 2, "hypothesis": False}
+    _ingest(a, block, _run(a, "quoted"), [quoted])
+    assert _current_pin_claims(r) == 1
+    a.execute("select donto.retract(%s, 'forget my PIN')", (_pin_chunk(a, rev),))
+    a.commit()
+    assert _current_pin_claims(r) == 0
+    assert _texts(r, "select object from donto.claims_as_of(now())", ()) == ["tea"]
 
 
 def test_a_prompt_rendered_after_the_forgetting_began_loses_its_claims(db, logins):
