@@ -49,7 +49,7 @@ def _one(conn: psycopg.Connection, sql: str, args: tuple = ()) -> object:
 
 
 def _pin_block(conn: psycopg.Connection, rev: int) -> int:
-    body = _one(conn, "select body from donto.revision where revision_id = %s", (rev,))
+    body = _one(conn, "select donto.revision_body(%s)", (rev,))
     at = body.index(SECRET)
     for block, turns in conn.execute("select block_id, turns from donto.extraction_block "
                                      "where revision_id = %s order by seq", (rev,)).fetchall():

@@ -200,7 +200,8 @@ def test_an_upgrade_by_another_superuser_leaves_every_object_to_the_owner(
             d.execute("alter extension donto update")
             d.commit()
         else:
-            assert migrate.migrate(d) == ["035-forget-prompts.sql"]
+            assert migrate.migrate(d) == [m.name for m in migrate.migrations()
+                                          if m.name[:3] > "034"]
         d.close()
         assert _strangers(conn, dba) == []
         _, pin = _load(conn)  # the functions work, as the owner's
