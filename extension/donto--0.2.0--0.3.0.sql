@@ -1881,15 +1881,8 @@ or a fork: a revision that extends one which is not its chain's latest) is store
 whole. Not granted to writers: a base that is not a prefix would change what a
 revision reads.
 
-Content-addressed within the document: the id is that of SHA-256(body) among the
-document's revisions; registering the same body again (also concurrently) returns the
-existing id. The same body under another document is that document's own revision (a
-public text registered first by somebody else blocks nobody). A different body for the
-same document is a new revision that supersedes the previous one, registered only by
-a session that may add to the document (donto._check_document_writer, 42501: a document
-is its first registrant's); the owner's session that does so for another login's
-document takes it (donto.document_grant). A new document's IRI must start with a scheme (chat:, file:,
-...; 22023 otherwise).
+Content addressing, superseding, who may register and the IRI's scheme: as
+donto.register_revision says.
 */
 declare
     v_doc bigint;
