@@ -525,8 +525,10 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
             session = numbered = m["session"]
         if role == "user" or exchange < 0:
             exchange += 1
+        text = _message_text(m, where)
+        loader.check_body(text, f"{where}: its content")  # the place in the message, not the body
         rows.append((role, session, _date(m.get("timestamp"), where),
-                     beam.clean_content(_message_text(m, where)), exchange))
+                     beam.clean_content(text), exchange))
     if not any(content.strip() for _, _, _, content, _ in rows):
         raise InputError(f"{document_iri}: every message is empty",
                          fix="give at least one message with text")

@@ -383,3 +383,14 @@ def test_load_beam_json_names_the_conversation_of_a_repeated_row(db, tmp_path):
     first, second = json.loads(r.stdout)["conversations"]
     assert first["ok"] and not second["ok"] and "appears twice" in second["error"]
     assert second["conversation"] == first["conversation"] != "?"
+
+
+def test_add_names_the_message_and_its_character_that_holds_a_nul(db, tmp_path):
+    """Not the offset in the canonical text (character 63 here), which the file does not
+    have: the message and the place in its content."""
+    f = tmp_path / "chat.json"
+    f.write_text(json.dumps([{"role": "user", "content": "hello"},
+                             {"role": "assistant", "content": "ab\x00c"}]))
+    db.commit()
+    r = run("add", str(f), "--no-embed", "--dsn", dsn_of(db))
+    assert_short_error(r, "message 1: its content: NUL byte at character 2", "remove it")
