@@ -11,7 +11,7 @@ the work. Typical use::
     rev = donto_pg.add_conversation(conn, [
         {"role": "user", "content": "I moved to Berlin in March.", "timestamp": "2024-03-02"},
         {"role": "assistant", "content": "How do you like Berlin?"},
-    ], "chat:alice/1")
+    ], "chat:bob/1")                           # README's example is chat:alice/1
     for hit in donto_pg.recall(conn, "where do I live?", k=3):
         print(hit.score, hit.text)
 
@@ -363,7 +363,8 @@ def add_text(conn: psycopg.Connection, text: str, document_iri: str, *, embed: b
     """
     _iri(conn, document_iri)
     if not isinstance(text, str) or not text.strip():
-        raise InputError(f"{document_iri}: the text is empty")
+        raise InputError(f"{document_iri}: the text is empty",
+                         fix="give a file or text with something to recall in it")
     loader.check_body(text, document_iri)
     meta_json = _meta(meta, "text")
     with conn.transaction():
@@ -493,7 +494,8 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
     (``beam.clean_content``)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise InputError(f"{document_iri}: messages must be a non-empty list of "
-                         "{role, content} objects")
+                         "{role, content} objects",
+                         fix='give [{"role": "user", "content": "..."}, ...]')
     rows: list[tuple[str, int, datetime.date | None, str, int]] = []
     session, exchange = 1, -1
     numbered = None  # the last session a message numbered (a default does not count)
@@ -512,7 +514,9 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
             if isinstance(m["session"], bool) or not isinstance(m["session"], int) \
                     or not 0 <= m["session"] < 2**31:
                 raise InputError(f"{where}: session {m['session']!r} is not a whole number "
-                                 "from 0 to 2147483647")
+                                 "from 0 to 2147483647",
+                                 fix='number sessions 1, 2, ... ("session": 2), or leave '
+                                     'session out')
             if numbered is not None and m["session"] < numbered:
                 raise InputError(f"{where}: session {m['session']} comes after session "
                                  f"{numbered}", "a session is one stretch of the conversation",
@@ -521,8 +525,10 @@ def conversation(messages: Sequence[Mapping[str, Any]], document_iri: str) -> be
             session = numbered = m["session"]
         if role == "user" or exchange < 0:
             exchange += 1
+        text = _message_text(m, where)
+        loader.check_body(text, f"{where}: its content")  # the place in the message, not the body
         rows.append((role, session, _date(m.get("timestamp"), where),
-                     beam.clean_content(_message_text(m, where)), exchange))
+                     beam.clean_content(text), exchange))
     if not any(content.strip() for _, _, _, content, _ in rows):
         raise InputError(f"{document_iri}: every message is empty",
                          fix="give at least one message with text")
@@ -553,6 +559,9 @@ def read_chat_file(path: str | Path) -> list[dict[str, Any]]:
     except UnicodeDecodeError as exc:
         raise InputError(f"{p}: not UTF-8 text", str(exc), fix="save the file as UTF-8") from exc
     fix = "give a JSON array of messages, or JSON Lines (.jsonl)"
+    if not text.strip():
+        raise InputError(f"{p}: the file is empty",
+                         fix='write messages into it: [{"role": "user", "content": "..."}]')
     if p.suffix.lower() == ".jsonl":  # lines end at \n only (JSON strings may hold U+2028)
         data: Any = []
         for n, line in enumerate(text.split("\n"), 1):
@@ -566,7 +575,12 @@ def read_chat_file(path: str | Path) -> list[dict[str, Any]]:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"{p}: not valid JSON", str(exc), fix=fix) from exc
-    if isinstance(data, Mapping) and isinstance(data.get("messages"), list):
+    if isinstance(data, Mapping) and "messages" in data:
+        if not isinstance(data["messages"], list):
+            kind = type(data["messages"]).__name__
+            raise InputError(f"{p}: expected a list of messages under \"messages\", got "
+                             f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}",
+                             fix='give {"messages": [{"role": "user", "content": "..."}, ...]}')
         data = data["messages"]
     if not isinstance(data, list):
         raise InputError(f"{p}: expected a list of messages, got a {type(data).__name__}",

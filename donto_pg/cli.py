@@ -402,6 +402,8 @@ def load_beam(
       donto-pg load-beam ../shared/data/beam --scale 100K -c 1 -c 2
       donto-pg load-beam ../shared/data/beam/chats/500K/13 --no-embed --json
     """
+    from pathlib import Path
+
     from donto_pg import loader
 
     loaded = 0
@@ -443,6 +445,10 @@ def load_beam(
             raise InputError(str(exc), fix="give a BEAM root, chats/ dir, scale or "
                              "conversation dir, chat.json, or a .jsonl/.parquet rows file"
                              ) from exc
+        if not results and Path(path).is_file() and not scale and not conversation:
+            raise NothingFound(f"nothing to load at {path}", "the file holds no conversation",
+                               fix="give a BEAM chat.json, or a .jsonl/.parquet file of "
+                                   "Hugging Face rows (one conversation a row)")
         if not results:
             raise NothingFound(f"nothing to load at {path}",
                                "no conversation there matches" + (f" --scale {scale}" if scale
@@ -519,7 +525,8 @@ def add(
             try:
                 body = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no text
             except UnicodeDecodeError as exc:
-                raise InputError(f"{file}: not UTF-8 text", str(exc)) from exc
+                raise InputError(f"{file}: not UTF-8 text", str(exc),
+                                 fix="save the file as UTF-8") from exc
             rev = api.add_text(conn, body, iri, embed=not no_embed, model=model)
         other = loader.registered_by_another(conn, rev)
         sup = loader.supersession(conn, rev, before)
@@ -665,6 +672,9 @@ def recall(
 
     if len(recall_arms(arms)) != 1:
         raise fail(f"--arms {arms}: recall takes one arm", fix="use vector, lexical or hybrid")
+    if not query.strip():
+        raise InputError("the query is empty", fix='ask something: donto-pg recall "where do I '
+                                                    'live?"')
     for name, given in (("-c/--conversation", conversation), ("--context", context)):
         if given is not None and not given.strip():
             raise InputError(f"{name} is empty", fix="name a conversation or context, or leave "

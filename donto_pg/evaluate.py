@@ -236,14 +236,21 @@ def format_table(report: dict[str, Any], metric: str = "hit") -> str:
              f"{report['excluded_abstention']} abstention and {report['excluded_no_gold']} "
              f"without gold excluded)", head1, head2, "-" * len(head2)]
 
-    def row(name: str, block: dict[str, Any]) -> str:
+    def row(name: str, block: dict[str, Any], measure: str = metric) -> str:
         return f"{name:26} {block['n']:>4} " + " | ".join(
-            " ".join(f"{block[arm][f'{metric}@{k}']:5.3f}" for k in ks) for arm in arms)
+            " ".join(f"{block[arm][f'{measure}@{k}']:5.3f}" for k in ks) for arm in arms)
 
     for ability, block in report["by_ability"].items():
         lines.append(row(ability, block))
     lines.append("-" * len(head2))
     lines.append(row("overall (micro)", report["overall"]))
     lines.append(row("macro (mean of abilities)", report["macro"]))
+    summary = report["by_ability"].get("summarization")
+    if metric == "hit" and summary is not None:
+        # its gold spans many turns: hit@k says little, the fraction of them hit says more
+        lines.append("-" * len(head2))
+        lines.append(row("summarization, turns hit", summary, "turn_recall"))
+        lines.append("(turns hit: the fraction of a question's gold turns in the top k, "
+                     "turn_recall@k in --json)")
     return "\n".join(lines)
 

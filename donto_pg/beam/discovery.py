@@ -84,7 +84,8 @@ def _iter_rows_file(
             if item.conversation_id in seen:
                 yield BeamFormatError(f"conversation {item.conversation_id} appears twice in "
                                       f"the file (first at {seen[item.conversation_id]}): "
-                                      "this row is not loaded", source=item.source)
+                                      "this row is not loaded", source=item.source,
+                                      conversation_id=item.conversation_id)
                 continue
             seen[item.conversation_id] = item.source
         yield item

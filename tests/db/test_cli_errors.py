@@ -4,6 +4,7 @@ a subprocess against the test cluster."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -327,3 +328,69 @@ def test_json_is_a_flag_everywhere():
             "eval recall", "ab", "summarize", "add", "db status"} <= set(seen)
     r = run("recall", "--json", "true", "x", "--dsn", "host=/nonexistent-donto")
     assert r.returncode == 2  # `true` is not a value of --json: an unexpected argument
+
+
+@pytest.mark.parametrize("name, content, needles", [
+    ("empty.json", b"", ["the file is empty", '"role": "user"']),
+    ("blank.jsonl", b"\n \n", ["the file is empty", '"role": "user"']),
+    ("messages.json", b'{"messages": "hi"}', ['under "messages", got a str',
+                                              '{"messages": [']),
+    ("none.json", b"[]", ["messages must be a non-empty list", '"role": "user"']),
+    ("session.json", b'[{"role": "user", "content": "hi", "session": "two"}]',
+     ["session 'two' is not a whole number", '"session": 2']),
+    ("latin1.txt", "Caf\u00e9\n".encode("latin-1"), ["not UTF-8 text", "save the file as UTF-8"]),
+    ("blank.txt", b"  \n\n", ["the text is empty", "something to recall"]),
+])
+def test_add_says_what_is_wrong_with_a_file_and_what_to_do(db, tmp_path, name, content,
+                                                           needles):
+    """Every refusal of `add` has its second line, what to do (README: "what failed and
+    why, then what to do"); an object whose "messages" is no list is not "a dict"."""
+    f = tmp_path / name
+    f.write_bytes(content)
+    db.commit()
+    r = run("add", str(f), "--no-embed", "--dsn", dsn_of(db))
+    lines = assert_short_error(r, *needles)
+    assert len(lines) == 2 and lines[1].startswith("  fix: "), r.stderr
+    assert "got a dict" not in r.stderr
+    assert db.execute("select count(*) from donto.revision").fetchone()[0] == 0
+
+
+def test_recall_of_an_empty_query_says_what_to_do():
+    """Refused before connecting, with a fix (the database's 22023 named no remedy)."""
+    r = run("recall", " \t", "--dsn", "host=/nonexistent-donto dbname=x")
+    lines = assert_short_error(r, "the query is empty", "donto-pg recall")
+    assert len(lines) == 2 and "22023" not in r.stderr
+
+
+def test_load_beam_of_an_empty_rows_file_says_the_file_is_empty(db, tmp_path):
+    """Not "check --scale and -c against the directory's layout": there were neither."""
+    f = tmp_path / "rows.jsonl"
+    f.write_text("")
+    db.commit()
+    r = run("load-beam", str(f), "--no-embed", "--dsn", dsn_of(db))
+    assert_short_error(r, "nothing to load", "holds no conversation", ".jsonl")
+    assert "--scale" not in r.stderr
+
+
+def test_load_beam_json_names_the_conversation_of_a_repeated_row(db, tmp_path):
+    """The second row of a conversation fails alone; --json names it, not '?'."""
+    rows = (EXAMPLES / "hf-sample" / "beam-100K-sample.jsonl").read_text().splitlines()
+    f = tmp_path / "twice.jsonl"
+    f.write_text("\n".join([rows[0], rows[0]]) + "\n")
+    db.commit()
+    r = run("load-beam", str(f), "--no-embed", "--json", "--dsn", dsn_of(db))
+    assert r.returncode == 1, r.stderr
+    first, second = json.loads(r.stdout)["conversations"]
+    assert first["ok"] and not second["ok"] and "appears twice" in second["error"]
+    assert second["conversation"] == first["conversation"] != "?"
+
+
+def test_add_names_the_message_and_its_character_that_holds_a_nul(db, tmp_path):
+    """Not the offset in the canonical text (character 63 here), which the file does not
+    have: the message and the place in its content."""
+    f = tmp_path / "chat.json"
+    f.write_text(json.dumps([{"role": "user", "content": "hello"},
+                             {"role": "assistant", "content": "ab\x00c"}]))
+    db.commit()
+    r = run("add", str(f), "--no-embed", "--dsn", dsn_of(db))
+    assert_short_error(r, "message 1: its content: NUL byte at character 2", "remove it")

@@ -61,3 +61,19 @@ def test_plot_recall_refuses_bad_input(tmp_path) -> None:
         plots.plot_recall({"ks": [10], "arms": ["vector"], "by_ability": {}},
                           tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_table_shows_the_fraction_of_gold_turns_summarization_hits() -> None:
+    """`eval recall --help` promises it; before, only --json had turn_recall@k."""
+    from donto_pg.evaluate import format_table
+
+    r = report() | {"span": "[header_start, char_end)", "excluded_abstention": 0,
+                    "excluded_no_gold": 0}
+    r["by_ability"]["summarization"] = r["by_ability"]["knowledge_update"] | {"n": 2}
+    r["by_ability"]["summarization"]["hybrid"] = {
+        **r["by_ability"]["summarization"]["hybrid"], "turn_recall@10": 0.4321}
+    (line,) = [x for x in format_table(r).splitlines() if x.startswith("summarization, turns")]
+    assert "0.432" in line
+    assert "turns hit" not in format_table(report() | {
+        "span": "", "excluded_abstention": 0, "excluded_no_gold": 0})
+    assert "turns hit" not in format_table(r, metric="turn_recall")
