@@ -10748,7 +10748,8 @@ begin
     returning projection_id into v_proj;
 
     with d1 as (
-        select d0.* from donto._standing_detect(rev_id) as d0
+        select d0.*, donto._standing_words(d0.statement_text, d0.subject_key) as words
+        from donto._standing_detect(rev_id) as d0
     ),
     d as (
         select
@@ -10762,8 +10763,8 @@ begin
         left join lateral (
             select l.said_on, l.ord from d1 as l
             where l.kind = d2.kind and l.subject_key = d2.subject_key and l.ord > d2.ord
-                  and donto._standing_supersedes(l.statement_text, d2.statement_text,
-                                                 d2.subject_key)
+                  -- donto._standing_supersedes, its words computed once per statement
+                  and donto._standing_takes_over(l.words, d2.words)
             order by l.ord
             limit 1
         ) as nx on true
@@ -11163,6 +11164,61 @@ comment on function donto._standing_revisions(bigint) is
 'Revisions projected into a context (recall, extraction or standing): whose standing '
 'statements belong to it.';
 
+create or replace function donto._standing_words(p_text text, p_subject text)
+returns text[]
+language sql
+immutable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* The directive words of a standing statement P_TEXT of subject key P_SUBJECT (see
+   donto._standing_supersedes): computed once per statement, compared per pair. */
+    select pg_catalog.array_remove(array(
+        select w from pg_catalog.unnest(pg_catalog.tsvector_to_array(
+            pg_catalog.to_tsvector('pg_catalog.english'::pg_catalog.regconfig, p_text)
+        )) as w
+        where w operator(pg_catalog.~) '^[a-z]'
+              -- not a subject word (the key's stems are not Snowball's:
+              -- "plann" / "plan", "pric" / "price": either is a prefix)
+              and not exists (
+                  select 1
+                  from pg_catalog.unnest(pg_catalog.string_to_array(
+                      coalesce(p_subject, ''), ' ')) as sk
+                  where sk = w
+                        or (pg_catalog.length(sk) >= 3 and pg_catalog.length(w) >= 3
+                            and (pg_catalog.starts_with(w, sk)
+                                 or pg_catalog.starts_with(sk, w)))
+                        or (pg_catalog.length(sk) >= 5 and pg_catalog.length(w) >= 5
+                            and pg_catalog.left(sk, 5) = pg_catalog.left(w, 5)))
+              and w <> all('{add,also,alway,never,answer,ask,clear,confirm,detail,everi,
+                  each,exact,forward,futur,give,go,includ,inform,keep,like,list,make,
+                  mention,need,note,pleas,prefer,provid,rather,realli,rememb,repli,
+                  report,request,respond,show,specif,specifi,state,sure,tell,time,use,
+                  want,whenev,would}'::text[])
+    ), null);
+$$;
+
+comment on function donto._standing_words(text, text) is
+'The directive words of a standing statement (its lexemes outside its subject key and the '
+'words that say how to answer), which donto._standing_supersedes compares.';
+
+create or replace function donto._standing_takes_over(p_later text[], p_earlier text[])
+returns boolean
+language sql
+immutable
+parallel safe
+set search_path to pg_catalog, pg_temp
+as $$
+/* Whether a later standing statement takes over from an earlier one of the same kind and
+   subject key, by their directive words (donto._standing_words): they share one, or
+   either has none. */
+    select pg_catalog.cardinality(p_later) = 0 or pg_catalog.cardinality(p_earlier) = 0
+           or p_later operator(pg_catalog.&&) p_earlier;
+$$;
+
+comment on function donto._standing_takes_over(text[], text[]) is
+'Whether later directive words take over from earlier ones (shared word, or either none).';
+
 create or replace function donto._standing_supersedes(
     p_later text, p_earlier text, p_subject text
 )
@@ -11186,37 +11242,8 @@ statement that is all subject); no when they ask for different things about
 one subject ("include ticket prices" / "include specific locations" when I
 ask about social events): then both stay in force.
 */
-    with d as (
-        select
-            pg_catalog.array_remove(array(
-                select w from pg_catalog.unnest(pg_catalog.tsvector_to_array(
-                    pg_catalog.to_tsvector('pg_catalog.english'::pg_catalog.regconfig, x.t)
-                )) as w
-                where w operator(pg_catalog.~) '^[a-z]'
-                      -- not a subject word (the key's stems are not Snowball's:
-                      -- "plann" / "plan", "pric" / "price": either is a prefix)
-                      and not exists (
-                          select 1
-                          from pg_catalog.unnest(pg_catalog.string_to_array(
-                              coalesce(p_subject, ''), ' ')) as sk
-                          where sk = w
-                                or (pg_catalog.length(sk) >= 3 and pg_catalog.length(w) >= 3
-                                    and (pg_catalog.starts_with(w, sk)
-                                         or pg_catalog.starts_with(sk, w)))
-                                or (pg_catalog.length(sk) >= 5 and pg_catalog.length(w) >= 5
-                                    and pg_catalog.left(sk, 5) = pg_catalog.left(w, 5)))
-                      and w <> all('{add,also,alway,never,answer,ask,clear,confirm,detail,everi,
-                          each,exact,forward,futur,give,go,includ,inform,keep,like,list,make,
-                          mention,need,note,pleas,prefer,provid,rather,realli,rememb,repli,
-                          report,request,respond,show,specif,specifi,state,sure,tell,time,use,
-                          want,whenev,would}'::text[])
-            ), null) as w,
-            x.o
-        from (values (p_later, 1), (p_earlier, 2)) as x (t, o)
-    )
-    select pg_catalog.cardinality(a.w) = 0 or pg_catalog.cardinality(b.w) = 0 or a.w && b.w
-    from d as a, d as b
-    where a.o = 1 and b.o = 2;
+    select donto._standing_takes_over(donto._standing_words(p_later, p_subject),
+                                      donto._standing_words(p_earlier, p_subject));
 $$;
 
 comment on function donto._standing_supersedes(text, text, text) is
@@ -11238,6 +11265,7 @@ as $$
         select
             x.statement_id, x.revision_id, x.kind, x.subject_key, s.object_lit ->> 'v' as txt,
             x.char_start, x.char_end, s.valid_time, x.turn_id, x.detector, s.document_id,
+            donto._standing_words(s.object_lit ->> 'v', x.subject_key) as words,
             coalesce(pg_catalog.lower(s.valid_time), '-infinity'::date) as said_on,
             -- between conversations: said no later than it was recorded (a text's own
             -- dates may lie in the future), and only among one login's documents
@@ -11284,7 +11312,8 @@ as $$
                             else l.whose is not distinct from v.whose
                                  and (l.said_by, l.revision_id, l.char_start)
                                      > (v.said_by, v.revision_id, v.char_start) end
-                   and donto._standing_supersedes(l.txt, v.txt, v.subject_key)
+                   -- donto._standing_supersedes, its words computed once per statement
+                   and donto._standing_takes_over(l.words, v.words)
              order by l.document_id <> v.document_id,
                       case when l.document_id = v.document_id then l.char_start end,
                       l.said_by, l.revision_id, l.char_start

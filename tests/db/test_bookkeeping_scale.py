@@ -213,3 +213,40 @@ def test_the_report_asks_who_holds_every_block_left_at_once(db, connect):
             break
         time.sleep(0.05)
     assert many == one and not any(many.values())
+
+
+def test_standing_superseding_reads_each_statement_s_words_once_not_per_pair(db):
+    """Found by a newcomer's walk: one user turn repeating "I love cooking seafood" a
+    hundred times made a thousand standing statements of one subject, and superseding
+    compared every pair with donto._standing_supersedes, which turned both texts into
+    directive words each time (to_tsvector twice a pair): `add` took 53 s and
+    donto.standing of that context 30 s, on every recall with standing slots. Each
+    statement's words are computed once now and the pairs compare arrays
+    (donto._standing_takes_over); the answers are the same."""
+    line = "I live in Lisbon and I love cooking seafood on weekends. " * 3
+    n = 60
+    chat = [{"role": "user", "content": "\n".join([line.strip()] * n)},
+            {"role": "assistant", "content": "Noted."}]
+    rev = api.add_conversation(db, chat, "chat:scale/standing", embed=False)
+    stated = db.execute("select count(*) from donto.x_standing where revision_id = %s",
+                        (rev,)).fetchone()[0]
+    assert stated >= n  # a group of at least N statements of one subject
+    db.commit()
+    db.execute("set track_functions = 'all'")
+    rows = db.execute("select statement_id, superseded_by from donto.standing("
+                      "'ctx:memory/episodic/chat/scale/standing')").fetchall()
+    assert _calls(db, "_standing_supersedes") == 0  # no per-pair text work
+    # a few reads of each statement's words, not one per pair (stated * (stated - 1) / 2)
+    assert _calls(db, "_standing_words") <= 4 * stated
+    db.commit()
+    # the same answers as the pairwise rule: every statement but the last is taken over
+    # by the next one (the same words)
+    assert len(rows) == stated
+    assert sum(1 for _, by in rows if by is None) == 1
+    # projecting (here into another context) does no per-pair text work either
+    db.execute("set track_functions = 'all'")
+    assert db.execute("select donto.project_standing(%s, 'ctx:scale/standing-again')",
+                      (rev,)).fetchone()[0] == stated
+    assert _calls(db, "_standing_supersedes") == 0
+    assert _calls(db, "_standing_words") <= 4 * stated
+    db.commit()
