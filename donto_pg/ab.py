@@ -102,6 +102,18 @@ class ArmSpec:
     spec: str
 
 
+def fixed_blocks_sql(plpy, revision_id: int, window: int) -> list[tuple]:
+    """What the released SQL calls (``donto._ab_fixed_blocks`` of extension 0.1.0 and
+    0.2.0 imports this module): :func:`donto_pg.server.ab.fixed_blocks_sql`, reading
+    revision text as those schemas store it (whole, in the body column). Drop it with
+    :mod:`donto_pg.plpy_entry`, with the last release whose SQL names it."""
+    from donto_pg.server import ab as server_ab
+    from donto_pg.server.revision import released_schema
+
+    with released_schema():
+        return server_ab.fixed_blocks_sql(plpy, revision_id, window)
+
+
 def _value(text: str) -> Any:
     low = text.strip().lower()
     if low in ("true", "false"):

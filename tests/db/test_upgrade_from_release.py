@@ -156,6 +156,25 @@ def test_a_session_that_ran_the_release_s_python_goes_on_after_the_update(
     conn.close()
 
 
+@pytest.mark.parametrize("old", list(build.RELEASED))
+def test_a_release_s_fixed_blocks_run_with_the_current_python(fresh_db, old):  # noqa: F811
+    """A database still on a release runs its own SQL with the installed donto_pg: its
+    donto._ab_fixed_blocks imports donto_pg.ab.fixed_blocks_sql, which had moved to the
+    server floor (AttributeError: the A/B gate's fixed arm failed on such a database)."""
+    sharedir = build.pg_sharedir() / "extension"
+    if not os.access(sharedir, os.W_OK):
+        pytest.fail(f"installing into {sharedir} needs root (CI runs as root)")
+    build.install_extension()
+    conn = fresh_db()
+    conn.execute(f"create extension donto version '{old}' cascade")
+    settings.write_settings(conn)
+    conn.commit()
+    rev, _ = _load(conn)
+    rows = conn.execute("select * from donto._ab_fixed_blocks(%s, 60)", (rev,)).fetchall()
+    assert len(rows) >= 3
+    conn.close()
+
+
 def _strangers(conn, role: str) -> list[tuple]:
     """The objects of schema donto that ROLE owns."""
     rows = conn.execute(
