@@ -915,40 +915,6 @@ $$;
 comment on function donto._extraction_block_done(bigint, bigint) is
 'Whether a run has a response for a block (or the same span in a revision of its lineage).';
 
-create or replace function donto.extraction_block_holder(run_id bigint, block_id bigint)
-returns integer
-language sql
-stable
-security invoker
-set search_path to pg_catalog, pg_temp
-as $$
-/*
-The backend pid of the session that holds block BLOCK_ID of run RUN_ID
-(donto.take_extraction_block), or null: the latest lease row of the block's key is a
-taking, and its backend is still connected to this database under the login that took it
-(its start time as stamped, when the server shows it). A session that crashed or lost its
-connection holds nothing.
-*/
-    select l.backend_pid
-    from (
-        select e.taken, e.backend_pid, e.backend_start, e.login_role
-        from donto.extraction_lease as e
-        where e.run_id = $1 and e.lease_key = donto._extraction_lease_key($1, $2)
-        order by e.lease_id desc
-        limit 1
-    ) as l
-    where l.taken and exists (
-        select 1 from pg_catalog.pg_stat_activity as a
-        where a.pid = l.backend_pid and a.datname = pg_catalog.current_database()
-              and a.usename is not distinct from l.login_role
-              and (l.backend_start is null or a.backend_start is null
-                   or a.backend_start = l.backend_start)
-    );
-$$;
-
-comment on function donto.extraction_block_holder(bigint, bigint) is
-'The pid of the live session holding a block of a run (donto.take_extraction_block), or null.';
-
 create or replace function donto.extraction_block_holders(run_id bigint, block_ids bigint[])
 returns table (block_id bigint, backend_pid integer)
 language sql
@@ -958,7 +924,8 @@ set search_path to pg_catalog, pg_temp
 as $$
 /*
 donto.extraction_block_holder(RUN_ID, b) of every block b of BLOCK_IDS at once (one row per
-distinct block that exists; BACKEND_PID null: nobody holds it): the first revision of a
+distinct block that exists; BACKEND_PID null: nobody holds it; the one place that says
+which lease is live, the per-block function calls it): the first revision of a
 lineage is found once per revision, not once per block, and the leases are read in one
 pass. For the report of `donto-pg extract`, which asks it of every block left (15,000 of
 a BEAM-10M conversation: the per-block function took 0.2-0.5 ms each).
@@ -1016,6 +983,26 @@ $$;
 
 comment on function donto.extraction_block_holders(bigint, bigint[]) is
 'donto.extraction_block_holder of many blocks of a run at once (block, pid or null).';
+
+create or replace function donto.extraction_block_holder(run_id bigint, block_id bigint)
+returns integer
+language sql
+stable
+security invoker
+set search_path to pg_catalog, pg_temp
+as $$
+/*
+The backend pid of the session that holds block BLOCK_ID of run RUN_ID
+(donto.take_extraction_block), or null: the latest lease row of the block's key is a
+taking, and its backend is still connected to this database under the login that took it
+(its start time as stamped, when the server shows it). A session that crashed or lost its
+connection holds nothing.
+*/
+    select h.backend_pid from donto.extraction_block_holders($1, array[$2]) as h;
+$$;
+
+comment on function donto.extraction_block_holder(bigint, bigint) is
+'The pid of the live session holding a block of a run (donto.take_extraction_block), or null.';
 
 create or replace function donto._lock_extraction_lease(p_key bigint)
 returns void
