@@ -62,6 +62,20 @@ def _load(conn) -> tuple[int, int]:
     return rev, pin
 
 
+def _release_db(make_db, old: str) -> psycopg.Connection:
+    """A fresh database with release OLD of the extension (the current one installed
+    beside it, so that ALTER EXTENSION UPDATE can reach it)."""
+    sharedir = build.pg_sharedir() / "extension"
+    if not os.access(sharedir, os.W_OK):
+        pytest.fail(f"installing into {sharedir} needs root (CI runs as root)")
+    build.install_extension()
+    conn = make_db()
+    conn.execute(f"create extension donto version '{old}' cascade")
+    settings.write_settings(conn)
+    conn.commit()
+    return conn
+
+
 def _shown(conn) -> list[str]:
     """Every text of the conversation a reader is shown now that holds the PIN (what is
     left to embed embedded first)."""
@@ -86,14 +100,7 @@ def _shown(conn) -> list[str]:
 
 @pytest.mark.parametrize("old", list(build.RELEASED))
 def test_alter_extension_update_keeps_a_release_s_forgetting(fresh_db, old):  # noqa: F811
-    sharedir = build.pg_sharedir() / "extension"
-    if not os.access(sharedir, os.W_OK):
-        pytest.fail(f"installing into {sharedir} needs root (CI runs as root)")
-    build.install_extension()
-    conn = fresh_db()
-    conn.execute(f"create extension donto version '{old}' cascade")
-    settings.write_settings(conn)
-    conn.commit()
+    conn = _release_db(fresh_db, old)
     _, pin = _load(conn)
     conn.execute("select donto.retract(%s, 'forget my PIN')", (pin,))
     conn.commit()
@@ -134,14 +141,7 @@ def test_a_session_that_ran_the_release_s_python_goes_on_after_the_update(
     connection, or the DBA's psql): every topic the current SQL calls is there. Before,
     the standing and append topics were missing (AttributeError: donto.reproject, the
     step an upgrade asks for, and donto.append_turns failed until the session ended)."""
-    sharedir = build.pg_sharedir() / "extension"
-    if not os.access(sharedir, os.W_OK):
-        pytest.fail(f"installing into {sharedir} needs root (CI runs as root)")
-    build.install_extension()
-    conn = fresh_db()
-    conn.execute(f"create extension donto version '{old}' cascade")
-    settings.write_settings(conn)
-    conn.commit()
+    conn = _release_db(fresh_db, old)
     _load(conn)  # project_recall: the release's PL/Python, booted in this backend
     conn.execute("alter extension donto update")
     conn.commit()
@@ -161,14 +161,7 @@ def test_a_release_s_fixed_blocks_run_with_the_current_python(fresh_db, old):  #
     """A database still on a release runs its own SQL with the installed donto_pg: its
     donto._ab_fixed_blocks imports donto_pg.ab.fixed_blocks_sql, which had moved to the
     server floor (AttributeError: the A/B gate's fixed arm failed on such a database)."""
-    sharedir = build.pg_sharedir() / "extension"
-    if not os.access(sharedir, os.W_OK):
-        pytest.fail(f"installing into {sharedir} needs root (CI runs as root)")
-    build.install_extension()
-    conn = fresh_db()
-    conn.execute(f"create extension donto version '{old}' cascade")
-    settings.write_settings(conn)
-    conn.commit()
+    conn = _release_db(fresh_db, old)
     rev, _ = _load(conn)
     rows = conn.execute("select * from donto._ab_fixed_blocks(%s, 60)", (rev,)).fetchall()
     assert len(rows) >= 3
